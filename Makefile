@@ -1,0 +1,55 @@
+# d2l-gpu: `make lessons` runs every lesson, `make test` runs the whole suite.
+# Both create .venv and install the pinned dependencies (requirements.txt) first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Headless runs draw each training curve once, at the end (see d2l_gpu.plotting.Animator).
+export D2L_GPU_LIVE_PLOTS ?= 0
+export PYTHONDONTWRITEBYTECODE = 1
+
+.PHONY: setup lessons test test-unit test-notebooks lab check format lock clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . 2>/dev/null \
+	  || $(PY) -m pip install --quiet --no-deps -e .
+	@touch $@
+
+lessons: setup  ## execute every lesson headless into build/, then print a summary
+	$(PY) scripts/run_lessons.py
+
+test: setup test-unit test-notebooks  ## unit tests, then nbval over every lesson
+
+test-unit: setup
+	$(PY) -m pytest tests
+
+test-notebooks: setup
+	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+	  -p no:cacheprovider notebooks
+
+lab: setup  ## JupyterLab on the lessons
+	$(VENV)/bin/jupyter lab notebooks
+
+check: setup  ## lint and format check of .py and .ipynb
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+lock:  ## re-resolve the lock file in a scratch venv (needs network)
+	rm -rf build/lockenv && $(PYTHON) -m venv build/lockenv
+	build/lockenv/bin/pip install --quiet torch==2.13.0 numpy matplotlib ipykernel pytest nbval \
+	  nbformat nbclient nbconvert jupyterlab ruff playwright
+	{ head -n 2 requirements.txt; build/lockenv/bin/pip freeze | sed 's/+cpu$$//'; } > requirements.txt.new
+	mv requirements.txt.new requirements.txt
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,165 @@
+"""Compute devices: naming them, counting them, picking one, and the run profile.
+
+Device-agnostic: the current accelerator comes from ``torch.accelerator`` (CUDA, including
+ROCm builds, which appear as ``cuda``; Apple ``mps``; Intel ``xpu``), and DirectML from the
+optional ``torch_directml`` package when it is installed.  Nothing is queried at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+
+import torch
+
+PROFILES = ("quick", "full", "auto")
+
+INSTALL_HINT = (
+    "To use an accelerator, install a PyTorch build for it (https://pytorch.org/get-started/"
+    "locally/): NVIDIA - a CUDA build and the NVIDIA driver; AMD - a ROCm build (Linux); "
+    "Apple silicon - the standard macOS build (MPS); Intel - an XPU build; "
+    "Windows with any DirectX 12 GPU - `pip install torch-directml`."
+)
+
+
+@functools.cache
+def _directml():
+    """The torch_directml module, or None when it is not installed."""
+    try:
+        return importlib.import_module("torch_directml")
+    except ImportError:
+        return None
+
+
+def _accel_type() -> str | None:
+    """Device type of the current accelerator ('cuda', 'mps', 'xpu', ...) or None."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and acc.is_available():
+        return acc.current_accelerator().type
+    if _directml() is not None and _directml().is_available():
+        return "privateuseone"  # the device type DirectML registers
+    return None
+
+
+def _accel_count() -> int:
+    """Number of devices of the current accelerator (0 when there is none)."""
+    kind = _accel_type()
+    if kind is None:
+        return 0
+    if kind == "privateuseone":
+        return _directml().device_count()
+    return torch.accelerator.device_count()
+
+
+def accelerator_type() -> str | None:
+    """Type of the current accelerator, e.g. 'cuda', 'mps' or 'xpu'; None on a CPU-only machine."""
+    return _accel_type()
+
+
+def cpu() -> torch.device:
+    """Return the CPU device."""
+    return torch.device("cpu")
+
+
+def gpu(i: int = 0) -> torch.device:
+    """Name device i of the current accelerator type ('cuda' where there is none); unchecked."""
+    return torch.device(f"{_accel_type() or 'cuda'}:{i}")
+
+
+def num_gpus() -> int:
+    """Return the number of accelerator devices (GPUs) available."""
+    return _accel_count()
+
+
+def try_gpu(i: int = 0) -> torch.device:
+    """Return gpu(i) if it exists, otherwise cpu()."""
+    return gpu(i) if num_gpus() >= i + 1 else cpu()
+
+
+def try_all_gpus() -> list[torch.device]:
+    """Return all accelerator devices, or [cpu()] if there is none."""
+    return [gpu(i) for i in range(num_gpus())] or [cpu()]
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait until every queued operation on `device` (default: the accelerator) has finished."""
+    kind = torch.device(device).type if device is not None else _accel_type()
+    if kind in (None, "cpu", "meta"):
+        return
+    if kind == _accel_type() and kind != "privateuseone":
+        torch.accelerator.synchronize(device)
+    elif hasattr(getattr(torch, kind, None), "synchronize"):
+        getattr(torch, kind).synchronize()
+
+
+def _device_lines(kind: str, i: int) -> list[str]:
+    """Name, memory and capability of accelerator device i, as far as PyTorch can tell."""
+    gib = 2**30
+    mod = getattr(torch, kind, None)
+    name = mod.get_device_name(i) if hasattr(mod, "get_device_name") else kind
+    if kind == "mps":
+        name = "Apple GPU (Metal Performance Shaders)"
+    lines = [f"{kind}:{i}  {name}"]
+    if hasattr(mod, "mem_get_info"):
+        try:
+            free, total = mod.mem_get_info(i)
+            lines.append(f"    memory: {total / gib:.1f} GiB total, {free / gib:.1f} GiB free")
+        except (RuntimeError, TypeError):
+            pass
+    if kind == "mps" and hasattr(mod, "recommended_max_memory"):
+        lines.append(f"    memory: shares host RAM; {mod.recommended_max_memory() / gib:.1f} GiB usable")
+    if kind == "cuda":
+        props = torch.cuda.get_device_properties(i)
+        if torch.version.hip:
+            lines.append(f"    AMD ROCm {torch.version.hip}, arch {props.gcnArchName}")
+        else:
+            lines.append(f"    compute capability {props.major}.{props.minor}, CUDA {torch.version.cuda}")
+        lines.append(f"    {props.multi_processor_count} multiprocessors")
+    return lines
+
+
+def devices_report() -> str:
+    """Describe the machine's compute devices from PyTorch alone, like a portable nvidia-smi."""
+    lines = [f"PyTorch {torch.__version__}; CPU: {os.cpu_count()} logical cores (device 'cpu')"]
+    kind, n = _accel_type(), num_gpus()
+    if n == 0:
+        lines.append("No accelerator found: every lesson runs on the CPU, in the quick profile.")
+        lines.append(INSTALL_HINT)
+        return "\n".join(lines)
+    lines.append(f"{n} accelerator device(s) of type '{kind}':")
+    for i in range(n):
+        lines += _device_lines(kind, i) if kind != "privateuseone" else [f"{gpu(i)}  DirectML"]
+    return "\n".join(lines)
+
+
+def profile() -> str:
+    """Return the run profile, 'full' or 'quick', from D2L_GPU_PROFILE=quick|full|auto."""
+    value = os.environ.get("D2L_GPU_PROFILE", "auto").strip().lower() or "auto"
+    if value not in PROFILES:
+        raise ValueError(
+            f"D2L_GPU_PROFILE={value!r} is not a profile; set it to one of {', '.join(PROFILES)} "
+            "(auto: full when an accelerator is present, quick otherwise)."
+        )
+    if value == "auto":
+        return "full" if num_gpus() > 0 else "quick"
+    return value
+
+
+def by_profile(quick, full):
+    """Return `quick` or `full`, whichever matches the current profile."""
+    return full if profile() == "full" else quick
+
+
+def describe_profile() -> str:
+    """One line saying which profile this run uses and why."""
+    setting = os.environ.get("D2L_GPU_PROFILE", "auto") or "auto"
+    p = profile()
+    if setting.strip().lower() != "auto":
+        why = f"set by D2L_GPU_PROFILE={setting}"
+    elif num_gpus() > 0:
+        why = f"auto: {num_gpus()} '{accelerator_type()}' device(s) found"
+    else:
+        why = "auto: no accelerator found"
+    what = "the real lesson" if p == "full" else "a short, honest version with less data"
+    return f"profile: {p} ({why}) -> {what}"

@@ -1,0 +1,109 @@
+"""Models of the multi-GPU chapters: ResNet-18 (with Residual blocks) and a functional LeNet."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Residual(nn.Module):
+    """The Residual block of ResNet models."""
+
+    def __init__(self, num_channels: int, use_1x1conv: bool = False, strides: int = 1):
+        super().__init__()
+        self.conv1 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1, stride=strides)
+        self.conv2 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1)
+        if use_1x1conv:
+            self.conv3 = nn.LazyConv2d(num_channels, kernel_size=1, stride=strides)
+        else:
+            self.conv3 = None
+        self.bn1 = nn.LazyBatchNorm2d()
+        self.bn2 = nn.LazyBatchNorm2d()
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3:
+            X = self.conv3(X)
+        Y += X
+        return F.relu(Y)
+
+
+def resnet_block(num_channels: int, num_residuals: int, first_block: bool = False) -> nn.Sequential:
+    """A stage of ResNet: `num_residuals` Residual blocks; all but the first stage halve H and W."""
+    blk = []
+    for i in range(num_residuals):
+        if i == 0 and not first_block:
+            blk.append(Residual(num_channels, use_1x1conv=True, strides=2))
+        else:
+            blk.append(Residual(num_channels))
+    return nn.Sequential(*blk)
+
+
+def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
+    """A slightly modified ResNet-18 model (3x3 stem, no max-pooling) for small images."""
+    net = nn.Sequential(
+        nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+    )
+    net.add_module("resnet_block1", resnet_block(64, 2, first_block=True))
+    net.add_module("resnet_block2", resnet_block(128, 2))
+    net.add_module("resnet_block3", resnet_block(256, 2))
+    net.add_module("resnet_block4", resnet_block(512, 2))
+    net.add_module("global_avg_pool", nn.AdaptiveAvgPool2d((1, 1)))
+    net.add_module("fc", nn.Sequential(nn.Flatten(), nn.Linear(512, num_classes)))
+    return net
+
+
+def materialize(net: nn.Module, shape=(1, 1, 28, 28), device=None) -> nn.Module:
+    """Give every lazy layer its real shape by running one dummy batch (running stats untouched)."""
+    was_training = net.training
+    net.eval()
+    with torch.no_grad():
+        net(torch.zeros(shape, device=device))
+    net.train(was_training)
+    return net
+
+
+def has_lazy(net: nn.Module) -> bool:
+    """True if some layer of `net` is still lazy (its parameters have no shape yet)."""
+    return any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in net.modules())
+
+
+def init_weights(module: nn.Module) -> None:
+    """The book's initialisation: N(0, 0.01) weights for every Linear and Conv2d layer."""
+    if isinstance(module, nn.modules.lazy.LazyModuleMixin):
+        raise RuntimeError(
+            f"init_weights got a lazy {type(module).__name__}: its weights do not exist yet; "
+            "call d2l.materialize(net, shape) first, so every layer is initialised"
+        )
+    if type(module) in [nn.Linear, nn.Conv2d]:
+        nn.init.normal_(module.weight, std=0.01)
+
+
+def lenet_params(seed: int | None = None, scale: float = 0.01) -> list[torch.Tensor]:
+    """The LeNet parameters of the data-parallel chapter, drawn from N(0, scale^2)."""
+    g = torch.Generator().manual_seed(seed) if seed is not None else None
+    shapes = [(20, 1, 3, 3), (50, 20, 5, 5), (800, 128), (128, 10)]
+    params = []
+    for shape in shapes:
+        params.append(torch.randn(shape, generator=g) * scale)
+        params.append(torch.zeros(shape[0] if len(shape) == 4 else shape[1]))
+    return params
+
+
+def lenet(X: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    """LeNet written from its parameter list: conv-relu-pool twice, then two dense layers."""
+    h1_conv = F.conv2d(input=X, weight=params[0], bias=params[1])
+    h1_activation = F.relu(h1_conv)
+    h1 = F.avg_pool2d(input=h1_activation, kernel_size=(2, 2), stride=(2, 2))
+    h2_conv = F.conv2d(input=h1, weight=params[2], bias=params[3])
+    h2_activation = F.relu(h2_conv)
+    h2 = F.avg_pool2d(input=h2_activation, kernel_size=(2, 2), stride=(2, 2))
+    h2 = h2.reshape(h2.shape[0], -1)
+    h3_linear = torch.mm(h2, params[4]) + params[5]
+    h3 = F.relu(h3_linear)
+    y_hat = torch.mm(h3, params[6]) + params[7]
+    return y_hat

@@ -1,0 +1,144 @@
+"""Plotting with the book's helpers: set_figsize, plot, show_images and a live Animator."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import matplotlib.pyplot as plt
+
+
+def set_figsize(figsize: tuple[float, float] = (3.5, 2.5)) -> None:
+    """Set the figure size for matplotlib."""
+    plt.rcParams["figure.figsize"] = figsize
+
+
+def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend) -> None:
+    """Set the axes for matplotlib."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_xscale(xscale)
+    axes.set_yscale(yscale)
+    axes.set_xlim(xlim)
+    axes.set_ylim(ylim)
+    if legend:
+        axes.legend(legend)
+    axes.grid(True)
+
+
+def _has_one_axis(X) -> bool:
+    """True if X is a flat list or 1-d tensor rather than a list of series."""
+    return (hasattr(X, "ndim") and X.ndim == 1) or (
+        isinstance(X, list) and not hasattr(X[0], "__len__")
+    )
+
+
+def plot(X, Y=None, xlabel=None, ylabel=None, legend=(), xlim=None, ylim=None, xscale="linear",
+         yscale="linear", fmts=("-", "m--", "g-.", "r:"), figsize=(3.5, 2.5), axes=None):
+    """Plot data points."""
+    if _has_one_axis(X):
+        X = [X]
+    if Y is None:
+        X, Y = [[]] * len(X), X
+    elif _has_one_axis(Y):
+        Y = [Y]
+    if len(X) != len(Y):
+        X = X * len(Y)
+    if axes is None:
+        set_figsize(figsize)
+        axes = plt.gca()
+    axes.cla()
+    for x, y, fmt in zip(X, Y, fmts):
+        axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
+    set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend)
+    return axes
+
+
+def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
+    """Plot a list of images."""
+    figsize = (num_cols * scale, num_rows * scale)
+    _, axes = plt.subplots(num_rows, num_cols, figsize=figsize)
+    axes = axes.flatten()
+    for i, (ax, img) in enumerate(zip(axes, imgs)):
+        img = img.detach().cpu().numpy() if hasattr(img, "detach") else img
+        ax.imshow(img.squeeze(), cmap="gray")
+        ax.axes.get_xaxis().set_visible(False)
+        ax.axes.get_yaxis().set_visible(False)
+        if titles:
+            ax.set_title(titles[i])
+    return axes
+
+
+def _watched() -> bool:
+    """True when a person may be watching: inside a Jupyter kernel and live plots not turned off."""
+    if os.environ.get("D2L_GPU_LIVE_PLOTS", "1") == "0":
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class Animator:
+    """For plotting data in animation; one final figure when nobody is watching."""
+
+    def __init__(self, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
+                 xscale="linear", yscale="linear", fmts=("-", "m--", "g-.", "r:"),
+                 nrows=1, ncols=1, figsize=(3.5, 2.5), title=None, min_interval=0.5):
+        legend = legend or []
+        self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
+        plt.close(self.fig)  # shown only by add() or show(), never twice by the inline backend
+        if nrows * ncols == 1:
+            self.axes = [self.axes]
+        self.config_axes = lambda: set_axes(
+            self.axes[0], xlabel, ylabel, xlim, ylim, xscale, yscale, legend)
+        self.title, self.fmts, self.X, self.Y = title, fmts, None, None
+        self.live, self.min_interval, self._last = _watched(), min_interval, 0.0
+
+    def add(self, x, y) -> None:
+        """Add multiple data points into the figure (redrawn live only when watched)."""
+        if not hasattr(y, "__len__"):
+            y = [y]
+        n = len(y)
+        if not hasattr(x, "__len__"):
+            x = [x] * n
+        if not self.X:
+            self.X = [[] for _ in range(n)]
+        if not self.Y:
+            self.Y = [[] for _ in range(n)]
+        for i, (a, b) in enumerate(zip(x, y)):
+            if a is not None and b is not None:
+                self.X[i].append(a)
+                self.Y[i].append(b)
+        if self.live and time.monotonic() - self._last >= self.min_interval:
+            self._display()
+            self._last = time.monotonic()
+
+    def draw(self) -> None:
+        """Redraw every series on the axes."""
+        self.axes[0].cla()
+        for x, y, fmt in zip(self.X or [], self.Y or [], self.fmts):
+            self.axes[0].plot(x, y, fmt)
+        self.config_axes()
+        if self.title:
+            self.axes[0].set_title(self.title, fontsize="small")
+
+    def _display(self) -> None:
+        from IPython import display
+
+        self.draw()
+        display.display(self.fig)
+        display.clear_output(wait=True)
+
+    def show(self) -> None:
+        """Display the final figure once (call after training)."""
+        self.draw()
+        try:
+            from IPython import display
+            from IPython import get_ipython
+        except ImportError:
+            return
+        if get_ipython() is not None:
+            display.display(self.fig)
