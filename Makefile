@@ -9,13 +9,12 @@ STAMP := $(VENV)/.installed
 export D2L_GPU_LIVE_PLOTS ?= 0
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: setup lessons test test-unit test-notebooks lab check format lock clean
+.PHONY: setup lessons test test-unit test-notebooks lab check format slides test-browser lock clean
 
 setup: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . 2>/dev/null \
 	  || $(PY) -m pip install --quiet --no-deps -e .
@@ -36,13 +35,22 @@ test-notebooks: setup
 lab: setup  ## JupyterLab on the lessons
 	$(VENV)/bin/jupyter lab notebooks
 
-check: setup  ## lint and format check of .py and .ipynb
+check: setup  ## lint and format check of .py and .ipynb, notebooks in normal form
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/nbtools.py check $(wildcard notebooks/*.ipynb)
 
-format: setup
+format: setup  ## ruff-format .py and .ipynb, then normalise the notebooks
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+	$(PY) scripts/nbtools.py tidy $(wildcard notebooks/*.ipynb)
+
+slides: setup  ## offline reveal.js decks under build/slides (fetches reveal.js with npm once)
+	$(PY) scripts/make_slides.py
+
+test-browser: setup slides  ## each lesson run in JupyterLab in headless Chromium; each deck viewed
+	scripts/install_browser.sh
+	D2L_GPU_BROWSER=1 $(PY) -m pytest -p no:cacheprovider tests/browser
 
 lock:  ## re-resolve the lock file in a scratch venv (needs network)
 	rm -rf build/lockenv && $(PYTHON) -m venv build/lockenv

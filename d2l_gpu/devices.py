@@ -108,13 +108,17 @@ def _device_lines(kind: str, i: int) -> list[str]:
         except (RuntimeError, TypeError):
             pass
     if kind == "mps" and hasattr(mod, "recommended_max_memory"):
-        lines.append(f"    memory: shares host RAM; {mod.recommended_max_memory() / gib:.1f} GiB usable")
+        lines.append(
+            f"    memory: shares host RAM; {mod.recommended_max_memory() / gib:.1f} GiB usable"
+        )
     if kind == "cuda":
         props = torch.cuda.get_device_properties(i)
         if torch.version.hip:
             lines.append(f"    AMD ROCm {torch.version.hip}, arch {props.gcnArchName}")
         else:
-            lines.append(f"    compute capability {props.major}.{props.minor}, CUDA {torch.version.cuda}")
+            lines.append(
+                f"    compute capability {props.major}.{props.minor}, CUDA {torch.version.cuda}"
+            )
         lines.append(f"    {props.multi_processor_count} multiprocessors")
     return lines
 

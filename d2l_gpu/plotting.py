@@ -33,8 +33,20 @@ def _has_one_axis(X) -> bool:
     )
 
 
-def plot(X, Y=None, xlabel=None, ylabel=None, legend=(), xlim=None, ylim=None, xscale="linear",
-         yscale="linear", fmts=("-", "m--", "g-.", "r:"), figsize=(3.5, 2.5), axes=None):
+def plot(
+    X,
+    Y=None,
+    xlabel=None,
+    ylabel=None,
+    legend=(),
+    xlim=None,
+    ylim=None,
+    xscale="linear",
+    yscale="linear",
+    fmts=("-", "m--", "g-.", "r:"),
+    figsize=(3.5, 2.5),
+    axes=None,
+):
     """Plot data points."""
     if _has_one_axis(X):
         X = [X]
@@ -48,7 +60,7 @@ def plot(X, Y=None, xlabel=None, ylabel=None, legend=(), xlim=None, ylim=None, x
         set_figsize(figsize)
         axes = plt.gca()
     axes.cla()
-    for x, y, fmt in zip(X, Y, fmts):
+    for x, y, fmt in zip(X, Y, fmts, strict=False):
         axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
     set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend)
     return axes
@@ -59,7 +71,7 @@ def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 
     figsize = (num_cols * scale, num_rows * scale)
     _, axes = plt.subplots(num_rows, num_cols, figsize=figsize)
     axes = axes.flatten()
-    for i, (ax, img) in enumerate(zip(axes, imgs)):
+    for i, (ax, img) in enumerate(zip(axes, imgs, strict=False)):
         img = img.detach().cpu().numpy() if hasattr(img, "detach") else img
         ax.imshow(img.squeeze(), cmap="gray")
         ax.axes.get_xaxis().set_visible(False)
@@ -84,16 +96,30 @@ def _watched() -> bool:
 class Animator:
     """For plotting data in animation; one final figure when nobody is watching."""
 
-    def __init__(self, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
-                 xscale="linear", yscale="linear", fmts=("-", "m--", "g-.", "r:"),
-                 nrows=1, ncols=1, figsize=(3.5, 2.5), title=None, min_interval=0.5):
+    def __init__(
+        self,
+        xlabel=None,
+        ylabel=None,
+        legend=None,
+        xlim=None,
+        ylim=None,
+        xscale="linear",
+        yscale="linear",
+        fmts=("-", "m--", "g-.", "r:"),
+        nrows=1,
+        ncols=1,
+        figsize=(3.5, 2.5),
+        title=None,
+        min_interval=0.5,
+    ):
         legend = legend or []
         self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
         plt.close(self.fig)  # shown only by add() or show(), never twice by the inline backend
         if nrows * ncols == 1:
             self.axes = [self.axes]
         self.config_axes = lambda: set_axes(
-            self.axes[0], xlabel, ylabel, xlim, ylim, xscale, yscale, legend)
+            self.axes[0], xlabel, ylabel, xlim, ylim, xscale, yscale, legend
+        )
         self.title, self.fmts, self.X, self.Y = title, fmts, None, None
         self.live, self.min_interval, self._last = _watched(), min_interval, 0.0
 
@@ -108,7 +134,7 @@ class Animator:
             self.X = [[] for _ in range(n)]
         if not self.Y:
             self.Y = [[] for _ in range(n)]
-        for i, (a, b) in enumerate(zip(x, y)):
+        for i, (a, b) in enumerate(zip(x, y, strict=False)):
             if a is not None and b is not None:
                 self.X[i].append(a)
                 self.Y[i].append(b)
@@ -119,7 +145,7 @@ class Animator:
     def draw(self) -> None:
         """Redraw every series on the axes."""
         self.axes[0].cla()
-        for x, y, fmt in zip(self.X or [], self.Y or [], self.fmts):
+        for x, y, fmt in zip(self.X or [], self.Y or [], self.fmts, strict=False):
             self.axes[0].plot(x, y, fmt)
         self.config_axes()
         if self.title:
@@ -136,8 +162,7 @@ class Animator:
         """Display the final figure once (call after training)."""
         self.draw()
         try:
-            from IPython import display
-            from IPython import get_ipython
+            from IPython import display, get_ipython
         except ImportError:
             return
         if get_ipython() is not None:

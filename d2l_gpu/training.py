@@ -104,7 +104,9 @@ def evaluate_accuracy_gpu(net, data_iter, device: torch.device | str | None = No
     if was_training:
         net.train()
     if total is None:
-        raise ValueError("evaluate_accuracy_gpu got an empty data_iter: there is nothing to evaluate")
+        raise ValueError(
+            "evaluate_accuracy_gpu got an empty data_iter: there is nothing to evaluate"
+        )
     return correct.item() / total
 
 

@@ -77,8 +77,16 @@ def test_synchronize_is_a_no_op_for_cpu_and_meta(fake_accelerators):
 
 @pytest.mark.parametrize(
     "setting, n, expected",
-    [(None, 0, "quick"), (None, 1, "full"), ("auto", 0, "quick"), ("auto", 8, "full"),
-     ("quick", 8, "quick"), ("full", 0, "full"), (" FULL ", 0, "full"), ("", 1, "full")],
+    [
+        (None, 0, "quick"),
+        (None, 1, "full"),
+        ("auto", 0, "quick"),
+        ("auto", 8, "full"),
+        ("quick", 8, "quick"),
+        ("full", 0, "full"),
+        (" FULL ", 0, "full"),
+        ("", 1, "full"),
+    ],
 )
 def test_profile(fake_accelerators, monkeypatch, setting, n, expected):
     fake_accelerators(n)

@@ -45,7 +45,15 @@ def test_residual_block_shapes():
 def test_lenet_params_and_forward():
     params = models.lenet_params(seed=0)
     assert [tuple(p.shape) for p in params] == [
-        (20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,), (800, 128), (128,), (128, 10), (10,)]
-    assert all(torch.equal(a, b) for a, b in zip(params, models.lenet_params(seed=0)))
+        (20, 1, 3, 3),
+        (20,),
+        (50, 20, 5, 5),
+        (50,),
+        (800, 128),
+        (128,),
+        (128, 10),
+        (10,),
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(params, models.lenet_params(seed=0), strict=True))
     assert not torch.equal(params[0], models.lenet_params(seed=1)[0])
     assert models.lenet(torch.rand(3, 1, 28, 28), params).shape == (3, 10)

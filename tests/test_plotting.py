@@ -20,6 +20,13 @@ def test_animator_is_not_live_outside_a_kernel(monkeypatch):
 
 
 def test_plot_log_axes():
-    ax = plotting.plot([1, 10, 100], [[1, 2, 3], [3, 2, 1]], "size", "s", legend=["a", "b"],
-                       xscale="log", yscale="log")
+    ax = plotting.plot(
+        [1, 10, 100],
+        [[1, 2, 3], [3, 2, 1]],
+        "size",
+        "s",
+        legend=["a", "b"],
+        xscale="log",
+        yscale="log",
+    )
     assert ax.get_xscale() == "log" and len(ax.lines) == 2

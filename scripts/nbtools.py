@@ -1,0 +1,209 @@
+"""Normalise and check lesson notebooks.
+
+    python scripts/nbtools.py tidy FILES    # rewrite each notebook in normal form
+    python scripts/nbtools.py check FILES   # exit 1 listing every problem found
+
+Normal form: nbformat 4.5, a stable id on every cell, no stray metadata (only `tags` and
+`slideshow` on cells; only `kernelspec` and `language_info.name` on the notebook), outputs
+kept, execution counts 1..n over the executed code cells in order.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import nbformat
+from nbformat.validator import normalize
+
+CELL_METADATA_KEYS = ("tags", "slideshow")
+NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info")
+SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
+_ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _is_runnable(cell) -> bool:
+    """True for a code cell that a kernel would execute (nbclient skips blank ones)."""
+    return cell.get("cell_type") == "code" and _source(cell).strip() != ""
+
+
+def first_line(cell) -> str:
+    """The first non-blank source line of a cell (shortened), for messages."""
+    lines = _source(cell).strip().splitlines()
+    return lines[0][:60] if lines else "<empty>"
+
+
+def _new_id(index: int, cell, taken: set[str]) -> str:
+    """A deterministic id derived from the cell's position, type and source."""
+    seed = f"{index}:{cell.get('cell_type')}:{_source(cell)}"
+    base = hashlib.sha1(seed.encode()).hexdigest()[:8]
+    cell_id, n = base, 0
+    while cell_id in taken:
+        n += 1
+        cell_id = f"{base}-{n}"
+    return cell_id
+
+
+def tidy(nb) -> nbformat.NotebookNode:
+    """Return a normalised deep copy of notebook `nb` (a dict or NotebookNode)."""
+    nb = copy.deepcopy(dict(nb))
+    if nb.get("nbformat", 4) != 4:
+        nb = nbformat.convert(nbformat.from_dict(nb), 4)
+    nb["nbformat"], nb["nbformat_minor"] = 4, 5
+
+    taken: set[str] = set()
+    for i, cell in enumerate(nb["cells"]):
+        cell_id = cell.get("id")
+        if not isinstance(cell_id, str) or not _ID_RE.match(cell_id) or cell_id in taken:
+            cell["id"] = _new_id(i, cell, taken)
+        taken.add(cell["id"])
+        cell["source"] = _source(cell)
+        meta = cell.get("metadata", {})
+        cell["metadata"] = {k: meta[k] for k in CELL_METADATA_KEYS if meta.get(k)}
+        if cell["cell_type"] == "code":
+            cell.setdefault("outputs", [])
+            cell.setdefault("execution_count", None)
+        else:
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+
+    count = 0
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        if cell["execution_count"] is None and not any(
+            o.get("output_type") == "execute_result" for o in cell["outputs"]
+        ):
+            continue
+        count += 1
+        cell["execution_count"] = count
+        for out in cell["outputs"]:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = count
+
+    meta = nb.get("metadata", {})
+    nb["metadata"] = {k: meta[k] for k in NOTEBOOK_METADATA_KEYS if k in meta}
+    if "language_info" in nb["metadata"]:
+        nb["metadata"]["language_info"] = {"name": nb["metadata"]["language_info"].get("name")}
+    _, nb = normalize(nb, 4, 5, strip_invalid_metadata=True)
+    return nbformat.from_dict(nb)
+
+
+def dumps(nb) -> str:
+    """Serialise a notebook exactly as `tidy` writes it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return nbformat.writes(nbformat.from_dict(nb), version=4) + "\n"
+
+
+def load(path) -> dict:
+    """Read a notebook file as plain JSON, without any repair on read."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def problems(nb, text: str | None = None) -> list[str]:
+    """Every way notebook `nb` (raw JSON dict) falls short of the lesson rules."""
+    out = []
+    if (nb.get("nbformat"), nb.get("nbformat_minor")) != (4, 5):
+        out.append(f"nbformat is {nb.get('nbformat')}.{nb.get('nbformat_minor')}, not 4.5")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nbformat.validate(copy.deepcopy(nb))
+    except Exception as e:  # noqa: BLE001 - any failure means invalid
+        out.append(f"invalid nbformat: {str(e).splitlines()[0]}")
+    meta = nb.get("metadata", {})
+    if not meta.get("kernelspec"):
+        out.append("no kernelspec in notebook metadata")
+    stray = sorted(set(meta) - set(NOTEBOOK_METADATA_KEYS))
+    stray += [f"language_info.{k}" for k in meta.get("language_info", {}) if k != "name"]
+    if stray:
+        out.append(f"stray notebook metadata: {', '.join(stray)}")
+
+    ids = [c.get("id") for c in nb.get("cells", []) if c.get("id")]
+    if len(ids) != len(set(ids)):
+        out.append("duplicate cell ids")
+    expected = 0
+    for i, cell in enumerate(nb.get("cells", [])):
+        where = f"cell {i} ({first_line(cell)!r})"
+        if not _ID_RE.match(str(cell.get("id", ""))):
+            out.append(f"{where}: missing or invalid id")
+        cmeta = cell.get("metadata", {})
+        if set(cmeta) - set(CELL_METADATA_KEYS):
+            out.append(f"{where}: stray metadata {sorted(set(cmeta) - set(CELL_METADATA_KEYS))}")
+        if cmeta.get("slideshow", {}).get("slide_type") not in SLIDE_TYPES:
+            out.append(f"{where}: no metadata.slideshow.slide_type")
+        if cell.get("cell_type") != "code":
+            continue
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                out.append(f"{where}: error output {o.get('ename')}: {o.get('evalue')}")
+        count = cell.get("execution_count")
+        if count is None:
+            if _is_runnable(cell):
+                out.append(f"{where}: code cell not executed")
+            continue
+        expected += 1
+        if count != expected:
+            out.append(f"{where}: execution count {count}, expected {expected}")
+
+    if text is not None and not out:
+        try:
+            if dumps(tidy(nb)) != text:
+                out.append("would change under tidy (run: python scripts/nbtools.py tidy FILE)")
+        except Exception as e:  # noqa: BLE001
+            out.append(f"tidy fails: {e}")
+    return out
+
+
+def check_file(path) -> list[str]:
+    """Problems of the notebook file at `path`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        nb = json.loads(text)
+    except (OSError, ValueError) as e:
+        return [f"cannot read: {e}"]
+    return problems(nb, text)
+
+
+def tidy_file(path) -> bool:
+    """Rewrite `path` in normal form; return True if it changed."""
+    text = Path(path).read_text(encoding="utf-8")
+    new = dumps(tidy(json.loads(text)))
+    if new != text:
+        Path(path).write_text(new, encoding="utf-8")
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 1 or argv[0] not in ("check", "tidy"):
+        print(__doc__)
+        return 2
+    cmd, files = argv[0], argv[1:]
+    bad = 0
+    for f in files:
+        if cmd == "tidy":
+            print(f"{'tidied' if tidy_file(f) else 'unchanged'}: {f}")
+            continue
+        found = check_file(f)
+        bad += bool(found)
+        for p in found:
+            print(f"{f}: {p}")
+    if cmd == "check":
+        print(f"{len(files) - bad}/{len(files)} notebooks clean")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

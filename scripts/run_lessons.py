@@ -1,0 +1,144 @@
+"""Execute lesson notebooks headless and summarise them.
+
+    python scripts/run_lessons.py [--inplace] [--profile quick|full|auto] [--timeout S] [NB ...]
+
+Without NB, runs every notebooks/[0-9][0-9]-*.ipynb in order. Each notebook runs top to
+bottom in a fresh python3 kernel (this interpreter) with cwd = the notebook's folder and
+D2L_GPU_LIVE_PLOTS=0. The executed, tidied copy goes to build/lessons/<name>.ipynb, or back
+over the source with --inplace (only when it ran without error). Prints a table of lesson,
+status, seconds and key result (last output line of the cell tagged `key-result`), writes
+build/lessons/summary.json, and exits 1 if any notebook failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nbtools import dumps, first_line, tidy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "build" / "lessons"
+
+
+def default_notebooks() -> list[Path]:
+    """Numbered lessons in order; an index notebook only if it has code."""
+    found = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+    return [p for p in found if not p.name.startswith("00-") or _has_code(p)]
+
+
+def _has_code(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    return any(c.cell_type == "code" and c.source.strip() for c in nb.cells)
+
+
+def key_result(nb) -> str:
+    """Last non-blank line of text output of the cell tagged `key-result`, or '-'."""
+    for cell in nb.cells:
+        if "key-result" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        text = ""
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream" and out.name == "stdout":
+                text += out.text
+            elif out.output_type in ("execute_result", "display_data"):
+                text += "\n" + out.get("data", {}).get("text/plain", "")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return lines[-1] if lines else "-"
+    return "-"
+
+
+def run_one(path: Path, timeout: int, inplace: bool) -> dict:
+    """Execute one notebook; return its summary row."""
+    nb = nbformat.read(path, as_version=4)
+    current = {"index": None}
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no "TCP without encryption" noise
+        resources={"metadata": {"path": str(path.parent)}},
+        on_cell_execute=lambda cell, cell_index: current.update(index=cell_index),
+    )
+    start, error = time.perf_counter(), None
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+        i = current["index"]
+        where = f"cell {i} ({first_line(nb.cells[i])!r})" if i is not None else "kernel"
+        if isinstance(e, CellExecutionError):
+            msg = f"{e.ename}: {e.evalue}"
+        else:
+            msg = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e) else ''}"
+        error = f"{where}: {msg}"
+    except Exception as e:  # noqa: BLE001 - report kernel start failures etc. per notebook
+        error = f"{type(e).__name__}: {e}"
+    seconds = time.perf_counter() - start
+    text = dumps(tidy(nb))
+    target = path if inplace and error is None else OUT / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return {
+        "lesson": path.stem,
+        "status": "ok" if error is None else "FAILED",
+        "seconds": round(seconds, 1),
+        "key_result": key_result(nb),
+        "error": error,
+        "output": str(target),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--inplace", action="store_true", help="write back over the sources")
+    parser.add_argument("--profile", choices=["quick", "full", "auto"])
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+
+    os.environ["D2L_GPU_LIVE_PLOTS"] = "0"
+    if args.profile:
+        os.environ["D2L_GPU_PROFILE"] = args.profile
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
+    )
+    paths = [p.resolve() for p in args.notebooks] or default_notebooks()
+    if not paths:
+        print("no lesson notebooks found")
+        return 0
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        print(f"no such notebook: {', '.join(missing)}")
+        return 2
+
+    rows = []
+    for path in paths:
+        print(f"running {path.name} ...", flush=True)
+        rows.append(run_one(path, args.timeout, args.inplace))
+        if rows[-1]["error"]:
+            print(f"  FAILED {path.name}: {rows[-1]['error']}", flush=True)
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "summary.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    width = max(len(r["lesson"]) for r in rows)
+    print(f"\n{'lesson':<{width}}  status  seconds  key result")
+    for r in rows:
+        print(f"{r['lesson']:<{width}}  {r['status']:<6}  {r['seconds']:>7.1f}  {r['key_result']}")
+    failed = [r for r in rows if r["error"]]
+    for r in failed:
+        print(f"FAILED {r['lesson']}: {r['error']}  (executed copy: {r['output']})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
