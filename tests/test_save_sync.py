@@ -6,6 +6,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import re
 import textwrap
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def package_definitions(package: str) -> tuple[dict, list[str]]:
 
 
 def save_cells(path: Path) -> list[str]:
-    """Sources of the code cells whose first line is `#@save`."""
+    """Sources of the code cells whose first line is `#@save` (`# @save` once ruff-formatted)."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     sources = [
         "".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells
@@ -51,7 +52,7 @@ def save_cells(path: Path) -> list[str]:
     return [
         s
         for c, s in zip(cells, sources, strict=True)
-        if c["cell_type"] == "code" and s.lstrip().startswith("#@save")
+        if c["cell_type"] == "code" and re.match(r"#\s*@save\b", s.lstrip())
     ]
 
 
