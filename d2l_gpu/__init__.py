@@ -31,6 +31,21 @@ from .models import (
     resnet_block,
 )
 from .plotting import Animator, plot, plt, set_axes, set_figsize, show_images
+from .recipes import (
+    PEAK_TFLOPS,
+    BookStyleDataset,
+    amp_dtype,
+    data_parallel,
+    examples_per_second,
+    init_every_layer,
+    load_data_book_style,
+    make_step,
+    peak_tflops,
+    scale_for_devices,
+    train_concise,
+    training_flops,
+    warmup_cosine,
+)
 from .training import Accumulator, Timer, accuracy, evaluate_accuracy_gpu, measure, sgd
 
 __version__ = "0.1.0"
