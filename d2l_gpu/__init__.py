@@ -30,6 +30,16 @@ from .models import (
     resnet18,
     resnet_block,
 )
+from .parallel import (
+    allreduce,
+    evaluate_accuracy_parallel,
+    flat_grads,
+    get_params,
+    reduce_scatter_all_gather,
+    split_batch,
+    train_batch,
+    train_parallel,
+)
 from .plotting import Animator, plot, plt, set_axes, set_figsize, show_images
 from .recipes import (
     PEAK_TFLOPS,
