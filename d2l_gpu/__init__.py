@@ -21,6 +21,7 @@ from .devices import (
     try_gpu,
 )
 from .models import (
+    LeNet,
     Residual,
     has_lazy,
     init_weights,

@@ -39,26 +39,15 @@ from .checkpoint import (
     set_rng_state,
 )
 from .data import DataError, read_fashion_mnist
-from .models import init_weights, lenet, lenet_params, materialize, resnet18
+from .models import LeNet, init_weights, materialize, resnet18
 
-__all__ = ["DDPError", "LeNet", "build_model", "main", "parse_args", "shard_indices", "train"]
+__all__ = ["DDPError", "build_model", "main", "parse_args", "shard_indices", "train"]
 
 KILL_ENV = "D2L_GPU_DDP_KILL_AT"
 
 
 class DDPError(ValueError):
     """A job whose sizes do not fit together (batch, world size, number of examples)."""
-
-
-class LeNet(nn.Module):
-    """The functional LeNet of d2l_gpu.models as an nn.Module, so that DDP can wrap it."""
-
-    def __init__(self, seed: int | None = None, scale: float = 0.1):
-        super().__init__()  # scale 0.1: with the chapter's 0.01 the first epochs barely learn
-        self.params = nn.ParameterList(lenet_params(seed, scale))
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return lenet(X, list(self.params))
 
 
 def build_model(name: str, seed: int, device: torch.device) -> nn.Module:

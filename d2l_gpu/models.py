@@ -107,3 +107,14 @@ def lenet(X: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
     h3 = F.relu(h3_linear)
     y_hat = torch.mm(h3, params[6]) + params[7]
     return y_hat
+
+
+class LeNet(nn.Module):
+    """The functional LeNet as an nn.Module, so that DDP (lesson 7) can find its parameters."""
+
+    def __init__(self, seed: int | None = None, scale: float = 0.1):
+        super().__init__()  # scale 0.1: with the chapter's 0.01 the first epochs barely learn
+        self.params = nn.ParameterList(lenet_params(seed, scale))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return lenet(X, list(self.params))
