@@ -81,6 +81,14 @@ def arrow(x1, y1, x2, y2, marker="arrow", colour=INK, width=2, both=False, dash=
     )
 
 
+def link(x1, y1, x2, y2, width=8) -> str:
+    """A thick link without arrowheads (for short GPU-to-GPU connections)."""
+    return (
+        f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{LINK}" '
+        f'stroke-width="{width}" stroke-linecap="round"/>'
+    )
+
+
 def chip_grid(x, y, cols, rows, size, gap, colour, fill) -> list[str]:
     """A grid of small squares standing for CPU cores or GPU multiprocessors."""
     return [
@@ -121,15 +129,15 @@ def devices() -> tuple[int, int, str, list[str]]:
     body += chip_grid(60, 130, 4, 2, 36, 10, HOST, "#ffffff")
     body.append(text(150, 238, "a few fast cores: one device", "small"))
     body += memory_bar(40, 256, 220, "host memory (RAM)", HOST, "#ffffff")
-    body.append(text(150, 330, "tensors made without device=", "small"))
-    body.append(text(150, 348, "live here", "small"))
+    body.append(text(150, 330, "tensors created without a", "small"))
+    body.append(text(150, 348, "device argument live here", "small"))
     body += gpu_card(420, 20, "GPU 0", "cuda:0")
     body += gpu_card(420, 240, "GPU 1", "cuda:1")
     body.append(arrow(282, 200, 418, 115, "link", LINK, 3, both=True))
     body.append(arrow(282, 250, 418, 335, "link", LINK, 3, both=True))
     body.append(text(335, 140, "PCIe", "label", colour=LINK))
-    body.append(arrow(540, 212, 540, 238, "link", LINK, 3, both=True))
-    body.append(text(600, 230, "NVLink (if any)", "small", anchor="start"))
+    body.append(link(540, 214, 540, 236))
+    body.append(text(556, 230, "NVLink (if any)", "small", anchor="start"))
     body.append(text(20, 30, "Each box is one PyTorch device", "title", anchor="start"))
     body.append(
         text(
@@ -196,12 +204,12 @@ def copy_link() -> tuple[int, int, str, list[str]]:
         body.append(text(545, y + 26, f"{name} ('cuda:{i}')", "title"))
         body += memory_bar(460, y + 40, 170, "device memory", DEV, "#ffffff")
         body.append(text(545, y + 100, "GPU reads its memory at", "small"))
-        body.append(text(545, y + 118, "~0.5-5 TB/s", "small"))
+        body.append(text(545, y + 118, "~0.3-8 TB/s", "small"))
     body.append(arrow(232, 125, 438, 125, "link", LINK, 4, both=True))
     body.append(text(335, 112, "PCIe", "label", colour=LINK))
     body.append(text(335, 148, "~16-64 GB/s", "small"))
     body.append(text(335, 166, "each way", "small"))
-    body.append(arrow(545, 212, 545, 258, "link", LINK, 4, both=True))
+    body.append(link(545, 216, 545, 254, 10))
     body.append(text(560, 232, "NVLink / Infinity Fabric", "small", anchor="start"))
     body.append(text(560, 248, "~100-900 GB/s, or via PCIe", "small", anchor="start"))
     body.append(text(20, 250, "X.to('cuda:0')", "code", anchor="start"))
