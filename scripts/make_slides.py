@@ -94,6 +94,9 @@ def exporter() -> SlidesExporter:
     c.SlidesExporter.reveal_url_prefix = "vendor/reveal.js"
     c.SlidesExporter.reveal_theme = "white"
     c.SlidesExporter.reveal_scroll = True
+    # Lay slides out at 1280x720 (reveal.js scales to the screen): wider code, more lines per slide.
+    c.SlidesExporter.reveal_width = "1280"
+    c.SlidesExporter.reveal_height = "720"
     c.SlidesExporter.require_js_url = "vendor/require.js"
     c.SlidesExporter.jquery_url = "vendor/jquery.min.js"
     c.SlidesExporter.mathjax_url = "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
