@@ -267,6 +267,8 @@ def train(args: argparse.Namespace) -> None:
     device, backend = _device_and_backend(local_rank, local_world, args.backend)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        # deterministic convolutions: a resumed job must repeat the uninterrupted one exactly
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     if "MASTER_ADDR" in os.environ:  # launched by torchrun (or by hand with the env:// variables)
         store, rank, world = next(dist.rendezvous("env://"))
         # torchrun's store outlives a restart: give each attempt fresh keys, or the new ranks may
