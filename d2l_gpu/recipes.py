@@ -135,8 +135,9 @@ def train_concise(
     """Train `net` with nn.DataParallel on `devices`; return test acc, median s/epoch, images/s."""
     devices = [torch.device(d) for d in (devices or try_all_gpus())]
     net.to(devices[0])  # nn.DataParallel requires the module on devices[0]
+    materialize(net, shape, devices[0])  # lazy layers get their shapes before anything else
     if init is not None:
-        init_every_layer(net, shape, devices[0], init)  # every conv, lazy ones included
+        net.apply(init)  # every conv, lazy ones included
     if channels_last:
         net.to(memory_format=torch.channels_last)
     if compile and len(devices) > 1:
