@@ -52,7 +52,7 @@ test-browser: setup slides  ## each lesson run in JupyterLab in headless Chromiu
 	scripts/install_browser.sh
 	D2L_GPU_BROWSER=1 $(PY) -m pytest -p no:cacheprovider tests/browser
 
-lock:  ## re-resolve the lock file in a scratch venv (needs network)
+lock:  ## re-resolve the lock file in a scratch venv (needs the registry and a CPU torch 2.13.0 wheel, as on the project's machines)
 	rm -rf build/lockenv && $(PYTHON) -m venv build/lockenv
 	build/lockenv/bin/pip install --quiet torch==2.13.0 numpy matplotlib ipykernel pytest nbval \
 	  nbformat nbclient nbconvert jupyterlab ruff playwright

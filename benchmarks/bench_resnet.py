@@ -115,7 +115,7 @@ def steps_rate(name: str, args, device) -> dict:
     torch.manual_seed(0)
     opts = options(name, args, device)
     net = d2l.resnet18(10, 1).to(device)
-    recipes.init_every_layer(net, (1, 1, 28, 28), device)
+    d2l.init_every_layer(net, (1, 1, 28, 28), device)
     if opts.get("channels_last"):
         net.to(memory_format=torch.channels_last)
     model = torch.compile(net) if opts.get("compile") else net
@@ -172,8 +172,8 @@ def run(args) -> dict:
         torch.set_num_threads(args.threads)
     device = d2l.try_gpu()
     d2l.read_fashion_mnist()  # parse once, outside every timing
-    result = {"machine": machine(device), "profile": args.profile, "args": {}}
-    result["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    args_json = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result = {"machine": machine(device), "profile": args.profile, "args": args_json}
     result["pipeline"] = pipelines(args, device)
     measure = steps_rate if args.profile == "quick" else epochs_rate
     per_image = flops()

@@ -32,7 +32,7 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read, or that belongs to another job."""
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     """Flush the folder entry of a renamed file to disk (a no-op where folders cannot be opened)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -61,7 +61,7 @@ def save_atomic(obj, path) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _sync_folder(path.parent)
+    sync_folder(path.parent)
     for stale in glob.glob(os.path.join(glob.escape(str(path.parent)), f".{path.name}.*.tmp")):
         with contextlib.suppress(OSError):  # left by a writer that was killed mid-write
             os.unlink(stale)

@@ -39,7 +39,7 @@ from .checkpoint import (
     set_rng_state,
 )
 from .data import DataError, read_fashion_mnist
-from .models import LeNet, init_weights, materialize, resnet18
+from .models import LeNet, init_every_layer, resnet18
 
 __all__ = ["DDPError", "build_model", "main", "parse_args", "shard_indices", "train"]
 
@@ -55,9 +55,7 @@ def build_model(name: str, seed: int, device: torch.device) -> nn.Module:
     torch.manual_seed(seed)
     if name == "lenet":
         return LeNet(seed).to(device)
-    net = materialize(resnet18(), device=None)  # lazy layers get their shapes on the CPU
-    net.apply(init_weights)
-    return net.to(device)
+    return init_every_layer(resnet18()).to(device)  # lazy layers get their shapes on the CPU
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -123,19 +121,23 @@ def _device_and_backend(local_rank: int, local_world: int, backend: str):
     return torch.device("cpu"), "gloo"
 
 
-def _kill_hook(epoch: int, step: int, rank: int) -> None:
-    """SIGKILL this process at the step named by D2L_GPU_DDP_KILL_AT (first attempt only)."""
+def _kill_at() -> tuple[int, ...] | None:
+    """(epoch, step, rank) from D2L_GPU_DDP_KILL_AT, on the first attempt only; else None."""
     spec = os.environ.get(KILL_ENV)
     if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        return
-    if tuple(int(v) for v in spec.split(":")) == (epoch, step, rank):
-        print(f"{KILL_ENV}: rank {rank} kills itself in epoch {epoch}, step {step}", flush=True)
-        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+        return None
+    return tuple(int(v) for v in spec.split(":"))
+
+
+def _kill(epoch: int, step: int, rank: int) -> None:
+    """SIGKILL this process (the test and teaching aid of D2L_GPU_DDP_KILL_AT)."""
+    print(f"{KILL_ENV}: rank {rank} kills itself in epoch {epoch}, step {step}", flush=True)
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor):
     """Images idx of X as float32 (B,1,28,28) in [0,1], with their labels."""
-    return X[idx].unsqueeze(1).to(torch.float32).div_(255), y[idx].long()
+    return X[idx].unsqueeze(1).to(torch.float32).div_(255), y[idx]
 
 
 def _resume(args, rank: int, world: int) -> dict | None:
@@ -160,8 +162,10 @@ def _train_epoch(ddp, optimizer, X, y, epoch: int, args, rank: int, world: int) 
     """One epoch on this rank's shards; returns [loss sum, correct, count] (not all-reduced)."""
     metric = torch.zeros(3, device=X.device)
     shards = shard_indices(len(y), args.batch_size, epoch, args.seed, rank, world)
+    kill_at = _kill_at()
     for step, idx in enumerate(shards.to(X.device), 1):
-        _kill_hook(epoch + 1, step, rank)
+        if kill_at == (epoch + 1, step, rank):
+            _kill(epoch + 1, step, rank)
         Xb, yb = _batch(X, y, idx)
         y_hat = ddp(Xb)
         loss = F.cross_entropy(y_hat, yb)  # mean over this rank's shard; DDP averages gradients
@@ -169,8 +173,9 @@ def _train_epoch(ddp, optimizer, X, y, epoch: int, args, rank: int, world: int) 
         loss.backward()  # DDP all-reduces gradient buckets while backward is still running
         optimizer.step()
         with torch.no_grad():
-            correct = (y_hat.argmax(1) == yb).sum()
-            metric += torch.stack([loss * len(yb), correct, torch.tensor(len(yb), device=X.device)])
+            metric[0] += loss * len(yb)  # kept on the device: no host sync inside the loop
+            metric[1] += (y_hat.argmax(1) == yb).sum()
+            metric[2] += len(yb)
     return metric
 
 
@@ -182,8 +187,8 @@ def _evaluate(net, X, y, rank: int, world: int, batch_size: int) -> torch.Tensor
         mine = torch.arange(rank, len(y), world, device=X.device)
         for idx in mine.split(batch_size):
             Xb, yb = _batch(X, y, idx)
-            correct = (net(Xb).argmax(1) == yb).sum()
-            metric += torch.stack([correct, torch.tensor(len(yb), device=X.device)])
+            metric[0] += (net(Xb).argmax(1) == yb).sum()
+            metric[1] += len(yb)
     net.train()
     return metric
 
@@ -196,6 +201,7 @@ def _log(rank: int, *args) -> None:
 def _run(args, data, rank: int, world: int, device: torch.device, backend: str) -> None:
     """Build, resume, train with DDP, evaluate, checkpoint and save; on every rank."""
     X, y, X_test, y_test = (t.to(device) for t in data)
+    y, y_test = y.long(), y_test.long()  # once, not in every step
     net = build_model(args.model, args.seed, device)
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
     ckpt, start = _resume(args, rank, world), 0

@@ -8,7 +8,6 @@ a good existing copy is never lost.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import http.client
@@ -18,6 +17,8 @@ import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
+
+from .checkpoint import sync_folder
 
 TIMEOUT = 30  # seconds without data before a download gives up
 CHUNK = 1 << 16
@@ -79,7 +80,7 @@ def download(url: str, dest: str | os.PathLike, sha256: str, *, progress: bool =
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(dest.parent)
+    sync_folder(dest.parent)
     return dest
 
 
@@ -98,13 +99,3 @@ def _copy(src, dst, total: int, label: str | None) -> int:
     if label:
         sys.stderr.write("\n")
     return done
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in `folder` durable (best effort; not possible on every OS)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

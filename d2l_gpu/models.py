@@ -83,6 +83,15 @@ def init_weights(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.01)
 
 
+def init_every_layer(
+    net: nn.Module, shape=(1, 1, 28, 28), device=None, init=init_weights
+) -> nn.Module:
+    """Materialise the lazy layers with a dummy batch of `shape`, then apply `init` to all."""
+    materialize(net, shape, device)
+    net.apply(init)
+    return net
+
+
 def lenet_params(seed: int | None = None, scale: float = 0.01) -> list[torch.Tensor]:
     """The LeNet parameters of the data-parallel chapter, drawn from N(0, scale^2)."""
     g = torch.Generator().manual_seed(seed) if seed is not None else None

@@ -6,13 +6,17 @@ on CUDA, ROCm, MPS, XPU or the CPU, and on a list that names one device several 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from torch.nn import functional as F
 
+# The functions below are shown verbatim in lesson 5, which calls the helpers the book's way
+# (d2l.lenet, d2l.sgd, ...); names are looked up at call time, so the package may import itself.
 import d2l_gpu as d2l
 
 
-def get_params(params, device):
+def get_params(params: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Copy `params` to `device` (always a real copy, even on the same device), gradients on."""
     new_params = [p.detach().to(device, copy=True) for p in params]
     for p in new_params:
@@ -20,7 +24,7 @@ def get_params(params, device):
     return new_params
 
 
-def allreduce(data):
+def allreduce(data: list[torch.Tensor]) -> None:
     """Sum the tensors in `data` (one per device) and put the sum back into every one of them."""
     for i in range(1, len(data)):
         data[0] += data[i].to(data[0].device)
@@ -28,7 +32,7 @@ def allreduce(data):
         data[i].copy_(data[0])
 
 
-def reduce_scatter_all_gather(data):
+def reduce_scatter_all_gather(data: list[torch.Tensor]) -> None:
     """Allreduce in two phases: device j sums slice j of every tensor, then all devices copy it."""
     k = len(data)
     slices = [x.view(-1).tensor_split(k) for x in data]
@@ -42,7 +46,7 @@ def reduce_scatter_all_gather(data):
                 slices[i][j].copy_(slices[j][j])
 
 
-def flat_grads(device_params):
+def flat_grads(device_params: list[list[torch.Tensor]]) -> list[torch.Tensor]:
     """Give each replica one flat gradient buffer; every parameter's .grad becomes a view of it."""
     buffers = []
     for params in device_params:
@@ -55,7 +59,9 @@ def flat_grads(device_params):
     return buffers
 
 
-def split_batch(X, y, devices):
+def split_batch(
+    X: torch.Tensor, y: torch.Tensor, devices: list[torch.device]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Split `X` and `y` into one nearly equal shard per device (sizes differ by at most 1)."""
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} examples but y has {y.shape[0]}")
@@ -70,7 +76,14 @@ def split_batch(X, y, devices):
     return X_shards, y_shards
 
 
-def train_batch(X, y, device_params, devices, lr, grad_buffers=None):
+def train_batch(
+    X: torch.Tensor,
+    y: torch.Tensor,
+    device_params: list[list[torch.Tensor]],
+    devices: list[torch.device],
+    lr: float,
+    grad_buffers: list[torch.Tensor] | None = None,
+) -> None:
     """One data-parallel SGD step: shards forward/backward, allreduce the gradients, update all."""
     X_shards, y_shards = split_batch(X, y, devices)
     # The loss is summed (not averaged) on each device; we divide by the whole batch below
@@ -92,7 +105,9 @@ def train_batch(X, y, device_params, devices, lr, grad_buffers=None):
         d2l.sgd(param, lr, X.shape[0])  # Here, we use a full-size batch
 
 
-def evaluate_accuracy_parallel(device_params, data_iter, devices):
+def evaluate_accuracy_parallel(
+    device_params: list[list[torch.Tensor]], data_iter: Iterable, devices: list[torch.device]
+) -> float:
     """Test accuracy with every batch split across the replicas; only the hit counts are summed."""
     hits = [torch.zeros((), dtype=torch.int64, device=d) for d in devices]
     total = 0
@@ -107,8 +122,16 @@ def evaluate_accuracy_parallel(device_params, data_iter, devices):
 
 
 def train_parallel(
-    devices, train_iter, test_iter, lr, num_epochs, *, init_scale=0.01, seed=0, flat=False
-):
+    devices: list[torch.device],
+    train_iter: Iterable,
+    test_iter: Iterable,
+    lr: float,
+    num_epochs: int,
+    *,
+    init_scale: float = 0.01,
+    seed: int = 0,
+    flat: bool = False,
+) -> tuple[list[float], float]:
     """Train LeNet data-parallel on `devices`; plot test accuracy; return (accuracies, s/epoch)."""
     params = d2l.lenet_params(seed, init_scale)
     # Copy model parameters to every device

@@ -9,7 +9,7 @@ import statistics
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image  # a dependency of matplotlib
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -28,6 +28,7 @@ PEAK_TFLOPS = [
     ("H200", 989.4, 66.9),
     ("A100", 312.0, 19.5),
     ("L40S", 362.0, 91.6),
+    ("L40", 181.0, 90.5),
     ("L4", 121.0, 30.3),
     ("V100", 125.0, 15.7),  # fp16 only: V100 has no bf16
     ("T4", 65.0, 8.1),  # fp16 only
@@ -39,13 +40,6 @@ def scale_for_devices(batch_size: int, lr: float, num_devices: int) -> tuple[int
     if num_devices < 1:
         raise ValueError(f"num_devices must be at least 1, got {num_devices}")
     return batch_size * num_devices, lr * num_devices
-
-
-def init_every_layer(net: nn.Module, shape=(1, 1, 28, 28), device=None, init=init_weights):
-    """Materialise the lazy layers with a dummy batch of `shape`, then apply `init` to all."""
-    materialize(net, shape, device)
-    net.apply(init)
-    return net
 
 
 def data_parallel(net: nn.Module, devices) -> nn.Module:
@@ -67,7 +61,8 @@ def amp_dtype(device) -> torch.dtype:
     """bf16 where the device computes in it, else fp16 (which needs a GradScaler)."""
     kind = torch.device(device).type
     if kind == "cuda":
-        native = torch.cuda.get_device_capability(device)[0] >= 8  # Ampere on; ROCm: MI200 on
+        # NVIDIA: bf16 from Ampere (8.x) on; ROCm builds report the AMD arch (9+), all with bf16
+        native = torch.cuda.get_device_capability(device)[0] >= 8
         return torch.bfloat16 if native else torch.float16
     return torch.float16 if kind == "mps" else torch.bfloat16
 
@@ -134,14 +129,14 @@ def train_concise(
 ) -> dict:
     """Train `net` with nn.DataParallel on `devices`; return test acc, median s/epoch, images/s."""
     devices = [torch.device(d) for d in (devices or try_all_gpus())]
+    if compile and len(devices) > 1:
+        raise ValueError("compile=True needs a single device; for several, use DDP (lesson 7)")
     net.to(devices[0])  # nn.DataParallel requires the module on devices[0]
     materialize(net, shape, devices[0])  # lazy layers get their shapes before anything else
     if init is not None:
         net.apply(init)  # every conv, lazy ones included
     if channels_last:
         net.to(memory_format=torch.channels_last)
-    if compile and len(devices) > 1:
-        raise ValueError("compile=True needs a single device; for several, use DDP (lesson 7)")
     model = data_parallel(torch.compile(net) if compile else net, devices)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     scheduler = warmup_cosine(optimizer, num_epochs * len(train_iter), warmup_steps, cosine)
@@ -199,6 +194,7 @@ class BookStyleDataset(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, i):
+
         img = Image.fromarray(self.images[i], mode="L")  # like torchvision's FashionMNIST
         if self.resize is not None:
             img = img.resize((self.resize, self.resize), Image.BILINEAR)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -65,7 +66,7 @@ class Accumulator:
         return self.data[idx]
 
 
-def measure(fn, *, device=None, warmup: int = 1, repeat: int = 5) -> float:
+def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: int = 5) -> float:
     """Median seconds of `fn()` over `repeat` runs, after `warmup` runs, synchronizing `device`."""
     if repeat < 1 or warmup < 0:
         raise ValueError(f"measure needs repeat >= 1 and warmup >= 0, got {repeat=}, {warmup=}")
@@ -87,7 +88,9 @@ def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> float:
     return float(cmp.type(y.dtype).sum())
 
 
-def evaluate_accuracy_gpu(net, data_iter, device: torch.device | str | None = None) -> float:
+def evaluate_accuracy_gpu(
+    net: Callable, data_iter: Iterable, device: torch.device | str | None = None
+) -> float:
     """Compute the accuracy for a model on a dataset using a GPU (one host sync at the end)."""
     was_training = isinstance(net, nn.Module) and net.training
     if isinstance(net, nn.Module):
@@ -110,7 +113,7 @@ def evaluate_accuracy_gpu(net, data_iter, device: torch.device | str | None = No
     return correct.item() / total
 
 
-def sgd(params, lr: float, batch_size: int) -> None:
+def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
     """Minibatch stochastic gradient descent."""
     with torch.no_grad():
         for param in params:

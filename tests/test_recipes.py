@@ -58,13 +58,13 @@ def test_book_init_skips_lazy_convs_ours_covers_every_one():
     models.materialize(book)
     initialised = [c for c in convs(book) if bool((c.weight == 0.125).all())]
     assert len(convs(book)) == 20 and len(initialised) == 1  # only the (non-lazy) stem conv
-    ours = recipes.init_every_layer(models.resnet18(), (1, 1, 28, 28), init=book_style_init([]))
+    ours = models.init_every_layer(models.resnet18(), (1, 1, 28, 28), init=book_style_init([]))
     assert all(bool((c.weight == 0.125).all()) for c in convs(ours))
 
 
 def test_default_init_is_normal_001_on_every_conv():
     torch.manual_seed(0)
-    net = recipes.init_every_layer(models.resnet18(), (1, 1, 28, 28))
+    net = models.init_every_layer(models.resnet18(), (1, 1, 28, 28))
     for conv in convs(net):
         assert abs(conv.weight.std().item() - 0.01) < 0.002, conv
 
