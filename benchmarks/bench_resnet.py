@@ -11,7 +11,7 @@ quick (default without an accelerator; under 2 minutes on a 2-core CPU): the inp
 over --limit training examples and --steps timed training steps of each path. full (default with
 one): --epochs epochs of each path with test accuracy. Both print a table with the ratios, the
 FLOPs of one training step (torch.utils.flop_counter) and, on a GPU in the PEAK_TFLOPS table of
-d2l_gpu.recipes, the fraction of data-sheet peak reached; the same goes to --json as JSON.
+d2l_gpu.perf, the fraction of data-sheet peak reached; the same goes to --json as JSON.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import d2l_gpu as d2l  # noqa: E402
-from d2l_gpu import recipes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,14 +74,12 @@ def machine(device: torch.device) -> dict:
 
 def pipelines(args, device) -> dict:
     """Examples/s of one pass of the book-style loader and of d2l_gpu's resident batches."""
-    book, _ = recipes.load_data_book_style(
-        args.batch_size, limit=args.limit, num_workers=args.workers
-    )
+    book, _ = d2l.load_data_book_style(args.batch_size, limit=args.limit, num_workers=args.workers)
     fast, _ = d2l.load_data_fashion_mnist(args.batch_size, limit=args.limit, device=device, seed=0)
-    recipes.examples_per_second(fast, device)  # warm-up: first use of the device
+    d2l.examples_per_second(fast, device)  # warm-up: first use of the device
     rates = {
-        "book": recipes.examples_per_second(book, device),
-        "d2l_gpu": recipes.examples_per_second(fast, device),
+        "book": d2l.examples_per_second(book, device),
+        "d2l_gpu": d2l.examples_per_second(fast, device),
     }
     return {"examples": len(fast.y), **rates, "ratio": rates["d2l_gpu"] / rates["book"]}
 
@@ -104,9 +101,7 @@ def options(name: str, args, device) -> dict:
 def data(name: str, args, device):
     """(train_iter, test_iter) of one path."""
     if PATHS[name][0]:
-        return recipes.load_data_book_style(
-            args.batch_size, limit=args.limit, num_workers=args.workers
-        )
+        return d2l.load_data_book_style(args.batch_size, limit=args.limit, num_workers=args.workers)
     return d2l.load_data_fashion_mnist(args.batch_size, limit=args.limit, device=device, seed=0)
 
 
@@ -120,7 +115,7 @@ def steps_rate(name: str, args, device) -> dict:
         net.to(memory_format=torch.channels_last)
     model = torch.compile(net) if opts.get("compile") else net
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
-    step = recipes.make_step(
+    step = d2l.make_step(
         model,
         optimizer,
         torch.nn.CrossEntropyLoss(),
@@ -144,7 +139,7 @@ def epochs_rate(name: str, args, device) -> dict:
     """Images/s, s/epoch and test accuracy of --epochs epochs of one path."""
     torch.manual_seed(0)
     train_iter, test_iter = data(name, args, device)
-    r = recipes.train_concise(
+    r = d2l.train_concise(
         d2l.resnet18(10, 1),
         train_iter,
         test_iter,
@@ -163,7 +158,7 @@ def flops() -> int:
     """FLOPs of one training image (forward and backward), counted on shapes at batch 2."""
     net = d2l.materialize(d2l.resnet18(10, 1), (1, 1, 28, 28))
     X, y = torch.zeros(2, 1, 28, 28), torch.zeros(2, dtype=torch.long)
-    return recipes.training_flops(net, X, y) // 2
+    return d2l.training_flops(net, X, y) // 2
 
 
 def run(args) -> dict:
@@ -183,7 +178,7 @@ def run(args) -> dict:
         row = {"path": name, **measure(name, args, device)}
         low = bool(options(name, args, device).get("amp"))
         row["tflops"] = per_image * row["images_per_sec"] / 1e12
-        peak = recipes.peak_tflops(device, low_precision=low)
+        peak = d2l.peak_tflops(device, low_precision=low)
         row["peak_tflops"] = peak
         row["fraction_of_peak"] = row["tflops"] / peak if peak else None
         rows.append(row)

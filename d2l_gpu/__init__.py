@@ -1,62 +1,92 @@
-"""d2l_gpu: the helpers of the d2l-gpu lessons, with the book's names (`import d2l_gpu as d2l`)."""
+"""d2l_gpu: the helpers of the d2l-gpu lessons, with the book's names (`import d2l_gpu as d2l`).
 
-from .data import (
-    DataError,
-    fashion_mnist_dir,
-    get_fashion_mnist_labels,
-    load_data_fashion_mnist,
-    read_fashion_mnist,
-)
-from .devices import (
-    accelerator_type,
-    by_profile,
-    cpu,
-    describe_profile,
-    devices_report,
-    gpu,
-    num_gpus,
-    profile,
-    synchronize,
-    try_all_gpus,
-    try_gpu,
-)
-from .models import (
-    LeNet,
-    Residual,
-    has_lazy,
-    init_every_layer,
-    init_weights,
-    lenet,
-    lenet_params,
-    materialize,
-    resnet18,
-    resnet_block,
-)
-from .parallel import (
-    allreduce,
-    evaluate_accuracy_parallel,
-    flat_grads,
-    get_params,
-    reduce_scatter_all_gather,
-    split_batch,
-    train_batch,
-    train_parallel,
-)
-from .plotting import Animator, plot, plt, set_axes, set_figsize, show_images
-from .recipes import (
-    PEAK_TFLOPS,
-    BookStyleDataset,
-    amp_dtype,
-    data_parallel,
-    examples_per_second,
-    load_data_book_style,
-    make_step,
-    peak_tflops,
-    scale_for_devices,
-    train_concise,
-    training_flops,
-    warmup_cosine,
-)
-from .training import Accumulator, Timer, accuracy, evaluate_accuracy_gpu, measure, sgd
+The package is lazy: `import d2l_gpu` imports no submodule. A name such as `d2l.try_gpu` imports
+its module the first time it is used (PEP 562), so a process that needs only the data layer, such
+as each rank that torchrun starts, never pays for matplotlib. `_NAMES` says where each name lives.
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.2.0"
+
+# module -> the public names it gives to `d2l.`; one concept per module.
+_NAMES = {
+    "book": ["BookStyleDataset", "load_data_book_style"],
+    "data": [
+        "DataError",
+        "fashion_mnist_dir",
+        "get_fashion_mnist_labels",
+        "load_data_fashion_mnist",
+        "read_fashion_mnist",
+    ],
+    "devices": [
+        "accelerator_type",
+        "by_profile",
+        "cpu",
+        "describe_profile",
+        "devices_report",
+        "gpu",
+        "num_gpus",
+        "profile",
+        "synchronize",
+        "try_all_gpus",
+        "try_gpu",
+    ],
+    "distributed": ["free_port", "run_workers"],
+    "models": [
+        "LeNet",
+        "Residual",
+        "has_lazy",
+        "init_every_layer",
+        "init_weights",
+        "lenet",
+        "lenet_params",
+        "materialize",
+        "resnet18",
+        "resnet_block",
+    ],
+    "parallel": [
+        "allreduce",
+        "evaluate_accuracy_parallel",
+        "flat_grads",
+        "get_params",
+        "reduce_scatter_all_gather",
+        "split_batch",
+        "train_batch",
+        "train_parallel",
+    ],
+    "perf": ["PEAK_TFLOPS", "examples_per_second", "measure", "peak_tflops", "training_flops"],
+    "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
+    "training": [
+        "Accumulator",
+        "Recipe",
+        "Timer",
+        "accuracy",
+        "amp_dtype",
+        "data_parallel",
+        "evaluate_accuracy_gpu",
+        "make_step",
+        "scale_for_devices",
+        "sgd",
+        "train_concise",
+        "warmup_cosine",
+    ],
+}
+_WHERE = {name: module for module, names in _NAMES.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    """Import the module that defines `name` on first use, then cache the name here."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'd2l_gpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

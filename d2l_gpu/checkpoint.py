@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from ._fs import sync_folder
+
 __all__ = [
     "CheckpointError",
     "check_checkpoint",
@@ -30,20 +32,6 @@ FORMAT = 1  # bump when the layout of the checkpoint dictionary changes
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read, or that belongs to another job."""
-
-
-def sync_folder(folder: Path) -> None:
-    """Flush the folder entry of a renamed file to disk (a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def save_atomic(obj, path) -> Path:

@@ -18,7 +18,7 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from .checkpoint import sync_folder
+from ._fs import sync_folder
 
 TIMEOUT = 30  # seconds without data before a download gives up
 CHUNK = 1 << 16

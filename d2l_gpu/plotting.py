@@ -5,12 +5,24 @@ from __future__ import annotations
 import os
 import time
 
-import matplotlib.pyplot as plt
+
+def _pyplot():
+    """matplotlib.pyplot, imported on first use (so `import d2l_gpu` stays light)."""
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def __getattr__(name: str):
+    """`d2l.plt` is matplotlib.pyplot, imported the first time it is asked for."""
+    if name == "plt":
+        return _pyplot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_figsize(figsize: tuple[float, float] = (3.5, 2.5)) -> None:
     """Set the figure size for matplotlib."""
-    plt.rcParams["figure.figsize"] = figsize
+    _pyplot().rcParams["figure.figsize"] = figsize
 
 
 def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend) -> None:
@@ -58,7 +70,7 @@ def plot(
         X = X * len(Y)
     if axes is None:
         set_figsize(figsize)
-        axes = plt.gca()
+        axes = _pyplot().gca()
     axes.cla()
     for x, y, fmt in zip(X, Y, fmts, strict=False):
         axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
@@ -69,7 +81,7 @@ def plot(
 def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
     """Plot a list of images."""
     figsize = (num_cols * scale, num_rows * scale)
-    _, axes = plt.subplots(num_rows, num_cols, figsize=figsize)
+    _, axes = _pyplot().subplots(num_rows, num_cols, figsize=figsize)
     axes = axes.flatten()
     for i, (ax, img) in enumerate(zip(axes, imgs, strict=False)):
         img = img.detach().cpu().numpy() if hasattr(img, "detach") else img
@@ -113,6 +125,7 @@ class Animator:
         min_interval=0.5,
     ):
         legend = legend or []
+        plt = _pyplot()
         self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
         plt.close(self.fig)  # shown only by add() or show(), never twice by the inline backend
         if nrows * ncols == 1:

@@ -3,14 +3,12 @@
 import copy
 import json
 import re
-import sys
 from pathlib import Path
 
+import nbtools
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import nbtools  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 LESSONS = [p for p in NOTEBOOKS if re.match(r"\d\d-", p.name) and not p.name.startswith("00-")]

@@ -1,4 +1,4 @@
-"""Concise training recipes: DataParallel done right, every option trains, the benchmark runs."""
+"""Concise training (training, book, perf): DataParallel done right, each option trains."""
 
 import functools
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from d2l_gpu import models, recipes
+from d2l_gpu import book, models, perf, training
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = Path("/usr/share/datasets/fashion-mnist")
@@ -70,16 +70,16 @@ def test_default_init_is_normal_001_on_every_conv():
 
 
 def test_scale_for_devices_keeps_per_device_batch():
-    assert recipes.scale_for_devices(256, 0.1, 1) == (256, 0.1)
-    batch, lr = recipes.scale_for_devices(256, 0.1, 2)
+    assert training.scale_for_devices(256, 0.1, 1) == (256, 0.1)
+    batch, lr = training.scale_for_devices(256, 0.1, 2)
     assert batch == 512 and math.isclose(lr, 0.2)
     with pytest.raises(ValueError):
-        recipes.scale_for_devices(256, 0.1, 0)
+        training.scale_for_devices(256, 0.1, 0)
 
 
 def test_data_parallel_on_cpu_is_a_working_no_op():
     net = models.materialize(small_net(), (1, 1, 8, 8))
-    assert recipes.data_parallel(net, [torch.device("cpu")]) is net
+    assert training.data_parallel(net, [torch.device("cpu")]) is net
     if not torch.cuda.is_available():  # nn.DataParallel itself just calls the module here
         X = torch.rand(4, 1, 8, 8)
         net.eval()
@@ -89,14 +89,14 @@ def test_data_parallel_on_cpu_is_a_working_no_op():
 def test_data_parallel_refuses_a_net_not_on_devices0():
     net = nn.Linear(2, 2, device="meta")
     with pytest.raises(ValueError, match="devices\\[0\\]"):
-        recipes.data_parallel(net, [torch.device("cpu")])
+        training.data_parallel(net, [torch.device("cpu")])
     with pytest.raises(ValueError, match="net.to"):  # the book's mistake: net left on the CPU
-        recipes.data_parallel(nn.Linear(2, 2), ["cuda:0", "cuda:1"])
+        training.data_parallel(nn.Linear(2, 2), ["cuda:0", "cuda:1"])
 
 
 def test_warmup_then_cosine_schedule():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = recipes.warmup_cosine(opt, total_steps=10, warmup_steps=2, cosine=True)
+    sched = training.warmup_cosine(opt, total_steps=10, warmup_steps=2, cosine=True)
     lrs = []
     for _ in range(10):
         lrs.append(opt.param_groups[0]["lr"])
@@ -107,7 +107,7 @@ def test_warmup_then_cosine_schedule():
 
 
 def test_amp_dtype_prefers_bf16():
-    assert recipes.amp_dtype("cpu") == torch.bfloat16
+    assert training.amp_dtype("cpu") == torch.bfloat16
 
 
 OPTIONS = {
@@ -124,7 +124,7 @@ OPTIONS = {
 def test_each_option_trains_and_reduces_loss(name):
     torch.manual_seed(0)
     data = toy_data()
-    r = recipes.train_concise(
+    r = training.train_concise(
         small_net(), data, data, 4, 0.5, [torch.device("cpu")], shape=(1, 1, 8, 8),
         plot=False, verbose=False, **OPTIONS[name],
     )  # fmt: skip
@@ -137,7 +137,7 @@ def test_compile_option_trains(monkeypatch):
     monkeypatch.setattr(torch, "compile", eager)
     torch.manual_seed(0)
     data = toy_data()
-    r = recipes.train_concise(
+    r = training.train_concise(
         small_net(), data, data, 3, 0.5, ["cpu"], shape=(1, 1, 8, 8), compile=True, plot=False,
         verbose=False,
     )  # fmt: skip
@@ -147,7 +147,7 @@ def test_compile_option_trains(monkeypatch):
 def test_make_step_returns_device_tensor_without_sync():
     net = models.materialize(small_net(), (1, 1, 8, 8))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    step = recipes.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", channels_last=True)
+    step = training.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", channels_last=True)
     X, y = toy_data()[0]
     l = step(X, y)
     assert isinstance(l, torch.Tensor) and l.ndim == 0 and not l.requires_grad
@@ -156,31 +156,31 @@ def test_make_step_returns_device_tensor_without_sync():
 def test_book_style_dataset_matches_resident_batches():
     images = torch.randint(0, 256, (6, 28, 28), dtype=torch.uint8)
     labels = torch.arange(6)
-    ds = recipes.BookStyleDataset(images, labels)
+    ds = book.BookStyleDataset(images, labels)
     X, y = ds[3]
     assert X.shape == (1, 28, 28) and X.dtype == torch.float32 and y == 3
     assert torch.equal(X, images[3].unsqueeze(0).float() / 255)
     assert ds[0][0].shape == (1, 28, 28)
-    assert recipes.BookStyleDataset(images, labels, resize=14)[0][0].shape == (1, 14, 14)
+    assert book.BookStyleDataset(images, labels, resize=14)[0][0].shape == (1, 14, 14)
 
 
 def test_examples_per_second_counts_a_pass():
     data = toy_data(n=64, batch_size=16)
-    assert recipes.examples_per_second(data, warmup=0, repeat=1) > 0
+    assert perf.examples_per_second(data, warmup=0, repeat=1) > 0
 
 
 def test_training_flops_of_a_linear_layer():
     net = nn.Linear(4, 3)
     X, y = torch.rand(5, 4), torch.zeros(5, dtype=torch.long)
     # forward 2*5*4*3; backward: weight gradient only (X needs no gradient) 2*5*4*3
-    assert recipes.training_flops(net, X, y) == 2 * (2 * 5 * 4 * 3)
+    assert perf.training_flops(net, X, y) == 2 * (2 * 5 * 4 * 3)
     assert net.weight.grad is None  # counted on a copy
     with pytest.raises(ValueError, match="materialize"):
-        recipes.training_flops(small_net(), torch.rand(1, 1, 8, 8), torch.zeros(1).long())
+        perf.training_flops(small_net(), torch.rand(1, 1, 8, 8), torch.zeros(1).long())
 
 
 def test_peak_tflops_unknown_off_cuda():
-    assert recipes.peak_tflops("cpu") is None
+    assert perf.peak_tflops("cpu") is None
 
 
 @pytest.mark.slow

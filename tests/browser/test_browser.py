@@ -22,7 +22,6 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 from make_slides import expected_slides  # noqa: E402
 from nbtools import load  # noqa: E402
 

@@ -1,0 +1,44 @@
+"""File-system helpers shared by downloads, checkpoints and the notebook tools: nothing is ever
+written in place, and a renamed file's folder entry reaches the disk."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def sync_folder(folder: Path) -> None:
+    """Flush the folder entry of a renamed file to disk (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, encoding: str = "utf-8") -> Path:
+    """Write `data` to `path` through a temporary file, fsync and rename: all or nothing."""
+    path = Path(path)
+    raw = data.encode(encoding) if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():  # keep the old file's permissions
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    sync_folder(path.parent)
+    return path

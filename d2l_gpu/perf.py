@@ -1,0 +1,86 @@
+"""Measuring device code: timing with synchronisation, throughput, FLOPs, data-sheet peaks.
+
+Shown in lessons 6 and 8.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from .models import has_lazy
+from .training import Timer
+
+# Dense (no sparsity) peak TFLOP/s, NVIDIA data sheets: (bf16 or fp16 tensor, fp32 non-tensor).
+# Matched in order against torch.cuda.get_device_name(); a GPU not listed gets no fraction of peak.
+PEAK_TFLOPS = [
+    ("H100 PCIe", 756.0, 51.2),
+    ("H100 NVL", 835.0, 60.0),
+    ("H100", 989.4, 66.9),
+    ("H200", 989.4, 66.9),
+    ("A100", 312.0, 19.5),
+    ("L40S", 362.0, 91.6),
+    ("L40", 181.0, 90.5),
+    ("L4", 121.0, 30.3),
+    ("V100", 125.0, 15.7),  # fp16 only: V100 has no bf16
+    ("T4", 65.0, 8.1),  # fp16 only
+]
+
+
+def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: int = 5) -> float:
+    """Median seconds of `fn()` over `repeat` runs, after `warmup` runs, synchronizing `device`."""
+    if repeat < 1 or warmup < 0:
+        raise ValueError(f"measure needs repeat >= 1 and warmup >= 0, got {repeat=}, {warmup=}")
+    for _ in range(warmup):
+        fn()
+    timer = Timer(device)
+    for _ in range(repeat):
+        timer.start()
+        fn()
+        timer.stop()
+    return statistics.median(timer.times)
+
+
+def examples_per_second(data_iter, device=None, *, warmup=1, repeat=3) -> float:
+    """Examples per second of a pass over `data_iter`, each batch moved to `device` (median)."""
+    counts = []
+
+    def one_pass():
+        n = 0
+        for X, y in data_iter:
+            if device is not None:
+                X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            n += len(y)
+        counts.append(n)
+
+    secs = measure(one_pass, device=device, warmup=warmup, repeat=repeat)
+    return counts[-1] / secs
+
+
+def training_flops(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> int:
+    """FLOPs of one forward and backward pass of `net` on (X, y), counted on shapes alone."""
+    if has_lazy(net):
+        raise ValueError("net has lazy layers: call d2l.materialize(net, shape) first")
+    net = copy.deepcopy(net).to("meta")  # no arithmetic done, net itself untouched
+    X, y = torch.empty_like(X, device="meta"), torch.empty_like(y, device="meta")
+    counter = FlopCounterMode(display=False)
+    with counter:
+        nn.functional.cross_entropy(net(X), y).backward()
+    return counter.get_total_flops()
+
+
+def peak_tflops(device, low_precision: bool = True) -> float | None:
+    """Data-sheet dense peak TFLOP/s of a known CUDA `device` (bf16/fp16 or fp32), else None."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, low, fp32 in PEAK_TFLOPS:
+        if key in name:
+            return low if low_precision else fp32
+    return None
