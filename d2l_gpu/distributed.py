@@ -43,14 +43,17 @@ def _worker(rank, fn, world_size, args, port, backend, outdir, threads) -> None:
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     out = Path(outdir) / f"rank{rank}.pt"
+    result, phase = {}, "joining the group"
     try:
         dist.init_process_group(
             backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
         )
+        phase = "running"
         result = {"ok": fn(rank, world_size, *args)}
+        phase = "leaving the group"
         dist.barrier()  # nobody tears down while another rank still talks to it
     except BaseException:  # noqa: BLE001 - sent to the parent, which raises it
-        result = {"error": traceback.format_exc()}
+        result = {"error": traceback.format_exc(), "phase": phase}
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -98,7 +101,7 @@ def run_workers(
                 if p.is_alive():
                     p.kill()
                     p.join()
-        results = []
+        results, errors = [], []
         for rank, p in enumerate(procs):
             path = Path(outdir) / f"rank{rank}.pt"
             if not path.exists():
@@ -109,6 +112,10 @@ def run_workers(
                 )
             result = torch.load(path, weights_only=False)  # written by our own worker just now
             if "error" in result:
-                raise RuntimeError(f"rank {rank} of {world_size} raised:\n{result['error']}")
-            results.append(result["ok"])
+                errors.append((result["phase"] != "running", rank, result["error"]))
+            else:
+                results.append(result["ok"])
+        if errors:  # the first rank whose own code failed; the others only lost their peer
+            _, rank, error = min(errors)
+            raise RuntimeError(f"rank {rank} of {world_size} raised:\n{error}")
         return results
