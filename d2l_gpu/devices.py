@@ -72,9 +72,17 @@ def num_gpus() -> int:
     return _accel_count()
 
 
-def try_gpu(i: int = 0) -> torch.device:
-    """Return gpu(i) if it exists, otherwise cpu()."""
-    return gpu(i) if num_gpus() >= i + 1 else cpu()
+def try_gpu(i: int = 0, *, required: bool = False) -> torch.device:
+    """Return gpu(i) if it exists, otherwise cpu() (or, with required=True, raise and say why)."""
+    if num_gpus() >= i + 1:
+        return gpu(i)
+    if required:
+        found = f"{num_gpus()} {accelerator_type() or 'accelerator'} device(s)"
+        raise RuntimeError(
+            f"try_gpu({i}, required=True): there is no device {i}; this machine has {found} "
+            f"(numbered from 0). {INSTALL_HINT}"
+        )
+    return cpu()
 
 
 def try_all_gpus() -> list[torch.device]:

@@ -113,3 +113,12 @@ def test_describe_profile_says_why(fake_accelerators, monkeypatch):
     assert "2 'mps' device(s) found" in devices.describe_profile()
     monkeypatch.setenv("D2L_GPU_PROFILE", "quick")
     assert "set by D2L_GPU_PROFILE=quick" in devices.describe_profile()
+
+
+def test_try_gpu_required_raises_with_the_count_instead_of_falling_back(monkeypatch):
+    monkeypatch.setattr(devices, "_accel_type", lambda: "cuda")
+    monkeypatch.setattr(devices, "_accel_count", lambda: 1)
+    assert devices.try_gpu(0, required=True) == torch.device("cuda:0")
+    assert devices.try_gpu(1) == torch.device("cpu")  # the book's silent fallback
+    with pytest.raises(RuntimeError, match=r"no device 1; this machine has 1 cuda device"):
+        devices.try_gpu(1, required=True)
