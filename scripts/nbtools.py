@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 from nbformat.validator import normalize
 
-CELL_METADATA_KEYS = ("tags", "slideshow")
+CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason")  # the reason: why not compared
 NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info")
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
