@@ -26,7 +26,6 @@ from conftest import (
 )
 
 from d2l_gpu import data
-from d2l_gpu.batches import DataIter
 from d2l_gpu.data import (
     DataError,
     fashion_mnist_dir,
@@ -135,9 +134,9 @@ def test_gzip_bomb_in_a_folder_is_refused_in_bounded_memory(tmp_path, announced,
     root = write_files(tmp_path / "bomb", skip={"train-images-idx3-ubyte"})
     (root / "train-images-idx3-ubyte.gz").write_bytes(bomb)
     error, peak = peak_bytes(lambda: read_fashion_mnist(root, verify=announced != N_TRAIN))
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB while refusing a 64 MiB bomb"
     assert isinstance(error, DataError) and message in str(error)
     assert "train-images-idx3-ubyte.gz" in str(error)
-    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB while refusing a 64 MiB bomb"
 
 
 def test_header_must_announce_the_vouched_number_of_examples(tmp_path, monkeypatch):
@@ -209,9 +208,10 @@ def test_empty_root_refused(fake_root, root, monkeypatch):
 
 UNPRIVILEGED = """
 import json, sys
+import d2l_gpu
 from d2l_gpu import ddp
 from d2l_gpu.data import DataError, read_fashion_mnist
-found = {}
+found = {"package": d2l_gpu.__file__}
 for root in sys.argv[1:]:
     try:
         read_fashion_mnist(root)
@@ -225,37 +225,45 @@ print(json.dumps(found))
 """
 
 
+def as_user_without_access(top: Path) -> list[str]:
+    """The command prefix that runs Python as a user whom permission bits bind (nobody if root)."""
+    if os.geteuid() != 0:
+        return [sys.executable]
+    if shutil.which("setpriv") is None:
+        pytest.skip("root ignores permission bits, and setpriv (to become nobody) is absent")
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+    if subprocess.run([*prefix, "-c", "import numpy"], cwd=top, capture_output=True).returncode:
+        pytest.skip(f"user nobody cannot run {sys.executable} and its packages")
+    return prefix
+
+
 def test_unreadable_file_or_folder_is_a_data_error():
     """As a user without the permission (nobody, when the tests run as root): no traceback."""
-    command = [sys.executable, "-c", UNPRIVILEGED]
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("root ignores permission bits, and setpriv (to become nobody) is absent")
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
     top = Path(tempfile.mkdtemp(prefix="d2l-perm-"))  # pytest's tmp_path is closed to others
     try:
         top.chmod(0o755)
+        shutil.copytree(ROOT / "d2l_gpu", top / "pkg" / "d2l_gpu")  # readable, wherever ROOT is
         names = ("file000", "dir600", "dir000", "parent000/inside")
         roots = [write_files(top / name) for name in names]
         (roots[0] / "t10k-labels-idx1-ubyte.gz").chmod(0o000)
         for folder, mode in ((roots[1], 0o600), (roots[2], 0o000), (top / "parent000", 0o000)):
             folder.chmod(mode)
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(top)}
-        done = subprocess.run(
-            [*command, *map(str, roots)], env=env, capture_output=True, text=True, timeout=120
-        )
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(top / "pkg"), "HOME": str(top)}
+        command = [*as_user_without_access(top), "-c", UNPRIVILEGED, *map(str, roots)]
+        done = subprocess.run(command, env=env, cwd=top, capture_output=True, text=True, timeout=99)
     finally:
         for path in (top / "file000" / "t10k-labels-idx1-ubyte.gz", *top.iterdir()):
             path.chmod(0o755)
         shutil.rmtree(top)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
+    assert found["package"].startswith(str(top / "pkg"))
     label = roots[0] / "t10k-labels-idx1-ubyte.gz"
     assert found[str(roots[0])].startswith(f"cannot read {label}: permission denied")
+    assert "chmod u+r FILE" in found[str(roots[0])]
     for root, folder in zip(roots[1:], [roots[1], roots[2], top / "parent000"], strict=True):
         assert found[str(root)].startswith(f"cannot look into the folder {folder}: permission")
         assert "chmod u+rx" in found[str(root)]
-    assert "chmod u+r FILE" in found[str(roots[0])]
     assert found["ddp"] == 2 and f"cannot read {label}: permission denied" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -285,7 +293,7 @@ def test_resize_checked_and_named(fake_root, bad):
         load_data_fashion_mnist(8, bad, root=fake_root)
     X, y = torch.zeros(2, 28, 28, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64)
     with pytest.raises(ValueError, match="resize must be"):
-        DataIter(X, y, 2, resize=bad)
+        data.DataIter(X, y, 2, resize=bad)
 
 
 @pytest.mark.parametrize(
