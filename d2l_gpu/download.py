@@ -202,7 +202,7 @@ def _copy(src, dst, url: str, total: int, limits: tuple, label: str, progress) -
     done, start, start_done = 0, time.monotonic(), 0
     disable = None if progress is None else not progress  # None: a bar only on a terminal
     bar = tqdm(total=total or None, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
-               file=sys.stderr, disable=disable, leave=True)  # fmt: skip
+               file=sys.stderr, disable=disable)  # fmt: skip
     with bar:
         while chunk := src.read1(CHUNK):
             dst.write(chunk)
