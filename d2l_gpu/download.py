@@ -15,6 +15,7 @@ the whole download passes DEADLINE seconds, wherever it is blocked.
 from __future__ import annotations
 
 import contextlib
+import glob
 import http.client
 import os
 import socket
@@ -54,7 +55,7 @@ def cache_dir(name: str) -> Path:
 def remove_stale_parts(dest: str | os.PathLike) -> list[Path]:
     """Remove the `.part` files that dead downloads of `dest` left behind; return their paths."""
     dest, removed = Path(dest), []
-    for part in dest.parent.glob(f".{_glob_escape(dest.name)}.*.part"):
+    for part in dest.parent.glob(f".{glob.escape(dest.name)}.*.part"):
         with contextlib.suppress(OSError):
             if fcntl is None:  # no locks: only a part older than any live download is stale
                 if time.time() - part.stat().st_mtime > DEADLINE + TIMEOUT:
@@ -69,10 +70,6 @@ def remove_stale_parts(dest: str | os.PathLike) -> list[Path]:
             finally:
                 os.close(fd)
     return removed
-
-
-def _glob_escape(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _new_part(dest: Path) -> tuple[int, str]:
@@ -115,6 +112,8 @@ class _Watchdog:
                     def watched_connect():
                         connect()
                         watch.sockets.append(conn.sock)
+                        if watch.fired:  # the deadline passed while connecting
+                            watch._fire()
 
                     conn.connect = watched_connect
                     return conn
@@ -162,12 +161,11 @@ def download(
                     done = _copy(response, f, url, total, limits, dest.name, progress)
             except (OSError, http.client.HTTPException, ValueError) as e:  # URLError is an OSError
                 if watch.fired:
-                    raise _gave_up(
-                        url, f"it took longer than the deadline of {deadline:g} s"
-                    ) from e
+                    raise _gave_up(url, late) from e
                 raise DataError(f"could not download {url}: {e}. Nothing was saved.") from e
             finally:
                 watch.timer.cancel()
+                watch.timer.join()
             if watch.fired:
                 raise _gave_up(url, late)
             if total and done != total:
