@@ -113,3 +113,9 @@ def gzip_bomb(head: bytes, size: int) -> bytes:
 def images_header(n: int) -> bytes:
     """The IDX header of `n` Fashion-MNIST images."""
     return struct.pack(">4I", 0x803, n, 28, 28)
+
+
+@pytest.fixture
+def fake_root(tmp_path) -> Path:
+    """A folder with FAKE, gzipped: a tiny valid Fashion-MNIST (50 train, 20 test images)."""
+    return write_files(tmp_path / "fake")
