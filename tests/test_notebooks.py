@@ -116,7 +116,7 @@ def unspelled_device_names(cell) -> set[str]:
 
 @pytest.mark.parametrize(
     "path",
-    pending(ALL_NOTEBOOKS, DEVICE_NAMES_PENDING, "prints a machine's device names (notes/teach.md)"),
+    pending(ALL_NOTEBOOKS, DEVICE_NAMES_PENDING, "prints device names (see notes/teach.md)"),
     ids=rel(ALL_NOTEBOOKS),
 )
 def test_compared_outputs_name_no_machine_device(path):
@@ -137,7 +137,8 @@ def test_compared_outputs_name_no_machine_device(path):
 def test_device_name_rule_catches_a_machine_device():
     def cell(src, text, tags=()):
         out = {"output_type": "stream", "name": "stdout", "text": text}
-        return {"cell_type": "code", "source": src, "metadata": {"tags": list(tags)}, "outputs": [out]}
+        meta = {"tags": list(tags)}
+        return {"cell_type": "code", "source": src, "metadata": meta, "outputs": [out]}
 
     assert unspelled_device_names(cell("print(X.device)", "cpu\n")) == {"cpu"}
     assert unspelled_device_names(cell("print(f'on {dev}')", "on cuda:0\n")) == {"cuda"}
@@ -154,14 +155,23 @@ UNSOLVED = ("not answered yet", "not yet:")  # what a lesson's check(...) prints
 
 
 def has_placeholder(src: str) -> bool:
-    """True if code has an Ellipsis (`...`) or a TODO where the student's work goes."""
+    """True if code has a TODO, or an Ellipsis (`...`) where the student's work goes.
+
+    An Ellipsis compared with `is`, `is not`, `==` or `!=` is a test for an unanswered
+    exercise (as in `if answer is ...`), not a placeholder.
+    """
     if "TODO" in src:
         return True
     try:
-        toks = tokenize.generate_tokens(io.StringIO(src).readline)
-        return any(t.type == tokenize.OP and t.string == "..." for t in toks)
+        toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return re.search(r"(?<![\w.\"'])\.\.\.(?![\w.\"'])", src) is not None
+    code = [t for t in toks if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+    return any(
+        t.string == "..." and (i == 0 or code[i - 1].string not in ("is", "not", "==", "!="))
+        for i, t in enumerate(code)
+        if t.type == tokenize.OP
+    )
 
 
 def exercise_section(nb) -> list:
@@ -244,6 +254,7 @@ def test_exercise_rules_catch_a_solved_or_missing_starter():
     assert exercises_without_starter(nb) == ([1, 2], [])
     assert has_placeholder("# TODO: your code") and not has_placeholder('print("...")')
     assert not has_placeholder("x = a[1:]") and has_placeholder("def f():\n    ...\n")
+    assert not has_placeholder("if answer is ...:\n    pass") and has_placeholder("y = (...)")
     assert "not yet:" in output_text(code("check(...)", "not yet: look again\n"))
 
 
