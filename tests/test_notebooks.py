@@ -155,23 +155,27 @@ UNSOLVED = ("not answered yet", "not yet:")  # what a lesson's check(...) prints
 
 
 def has_placeholder(src: str) -> bool:
-    """True if code has a TODO, or an Ellipsis (`...`) where the student's work goes.
+    """True if code has a TODO, or an Ellipsis (`...`) standing where the student's work goes.
 
-    An Ellipsis compared with `is`, `is not`, `==` or `!=` is a test for an unanswered
-    exercise (as in `if answer is ...`), not a placeholder.
+    A placeholder Ellipsis is a statement of its own (`...`) or ends a line after `=`, `return`
+    or `:` (`x = ...`, `return ...`). Other uses are ordinary Python: a test for an unanswered
+    exercise (`if answer is ...`), indexing (`T[..., 0]`), a default (`else ...`).
     """
     if "TODO" in src:
         return True
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    line: list[str] = []
     try:
-        toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+            if tok.type == tokenize.NEWLINE:
+                if line[-1:] == ["..."] and (len(line) == 1 or line[-2] in ("=", "return", ":")):
+                    return True
+                line = []
+            elif tok.type not in skip:
+                line.append(tok.string)
     except (tokenize.TokenError, SyntaxError, IndentationError):
-        return re.search(r"(?<![\w.\"'])\.\.\.(?![\w.\"'])", src) is not None
-    code = [t for t in toks if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
-    return any(
-        t.string == "..." and (i == 0 or code[i - 1].string not in ("is", "not", "==", "!="))
-        for i, t in enumerate(code)
-        if t.type == tokenize.OP
-    )
+        return re.search(r"^\s*\.\.\.|[=:]\s*\.\.\.\s*(#.*)?$", src, re.MULTILINE) is not None
+    return line[-1:] == ["..."] and (len(line) == 1 or line[-2] in ("=", "return", ":"))
 
 
 def exercise_section(nb) -> list:
@@ -250,11 +254,13 @@ def test_exercise_rules_catch_a_solved_or_missing_starter():
     nb = {"cells": [md("# L"), md("## Exercises\n\n1. **A.** Do a."), code("x = ...  # yours")]}
     nb["cells"] += [md("2. **B.** Do b."), code("y = 2 * 21")]
     assert exercises_without_starter(nb) == ([1, 2], [2])
-    nb["cells"][-1] = code("y = 2 * ...")
+    nb["cells"][-1] = code("y = ...  # 2 * 21")
     assert exercises_without_starter(nb) == ([1, 2], [])
     assert has_placeholder("# TODO: your code") and not has_placeholder('print("...")')
     assert not has_placeholder("x = a[1:]") and has_placeholder("def f():\n    ...\n")
-    assert not has_placeholder("if answer is ...:\n    pass") and has_placeholder("y = (...)")
+    assert not has_placeholder("if answer is ...:\n    pass") and has_placeholder("y = ...  # 42")
+    assert not has_placeholder("T[..., 0]") and not has_placeholder("f = g if ok else ...")
+    assert has_placeholder("def f(x):\n    return ...  # yours") and has_placeholder("...")
     assert "not yet:" in output_text(code("check(...)", "not yet: look again\n"))
 
 
