@@ -11,6 +11,7 @@ Outside a kernel nothing is displayed until `show()`.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ class LiveFigure:
         self.live = enabled and self.shell is not None
         self.handle = None  # display handle of the figure in the current cell
         self.stale = False  # data changed since the last draw
-        self._last = 0.0  # time of the last draw
+        self._last = -math.inf  # time of the last draw
         self._hooked = False
 
     def changed(self) -> None:
