@@ -80,6 +80,7 @@ def test_multiple_gpus_chapter(edition, fashion, capsys):
     fashion(1024, 1000)
     one, two = run_chapter(edition)
     out = capsys.readouterr().out
+    print(f"measured test acc {one[-1]} {two[-1]}")
     assert len(one) == len(two) == NUM_EPOCHS
     assert one[-1] > MIN_ACC and two[-1] > MIN_ACC, out
     assert out.count(edition["acc_word"]) == 2

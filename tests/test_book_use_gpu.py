@@ -74,11 +74,11 @@ def test_use_gpu_chapter_1_0(fashion, restore, capsys):
     model = SoftmaxRegression(10, lr=0.1)
     trainer.fit(model, d2l.FashionMNIST(batch_size=64))
     acc = model.board.data["val_acc"][-1].y
-    print(f"val acc {acc:.3f}")
-    assert acc > MIN_ACC
-    assert next(model.parameters()).device.type == d2l.try_gpu().type
     if not d2l.num_gpus():
         assert "training on the CPU" in capsys.readouterr().out
+    print(f"measured val acc {acc}")
+    assert acc > MIN_ACC
+    assert next(model.parameters()).device.type == d2l.try_gpu().type
 
 
 def test_trainer_is_restored_after_the_chapter():
