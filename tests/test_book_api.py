@@ -245,12 +245,11 @@ def test_evaluate_accuracy_gpu_takes_a_list_of_tensors_and_leaves_eval_mode():
             tokens, segments = X
             return torch.stack([tokens.sum(1), segments.sum(1)], dim=1)
 
-    net = nn.Sequential()  # a parameterless net: device given explicitly
-    model = TwoInputs()
+    model = TwoInputs()  # no parameters: the device is given
     model.train()
     data = [([torch.ones(4, 3), torch.zeros(4, 3)], torch.tensor([0, 0, 1, 0]))]
     assert d2l.evaluate_accuracy_gpu(model, data, d2l.cpu()) == 0.75
-    assert not model.training and net is not None
+    assert not model.training
 
 
 def test_evaluate_accuracy_gpu_takes_predicted_labels_like_the_books_accuracy():

@@ -2,7 +2,7 @@
 
 Lines that need a second CUDA device are written as notes/book.md says: `X.cuda(1)` becomes
 `X.to(d2l.try_gpu(1))`, and `torch.cuda.device_count()` becomes `d2l.num_gpus()`. The 0.17.6 and
-Chinese editions make the same calls (only comments and printed text differ).
+Chinese editions make the same calls (only comments differ): one test stands for both.
 """
 
 import pytest
@@ -11,7 +11,7 @@ from torch import nn
 
 import d2l_gpu as d2l
 
-pytest_plugins = ["book_support"]  # the fashion, restore and edition fixtures
+pytest_plugins = ["book_support"]  # the fashion and restore fixtures
 
 MIN_ACC = 0.45  # measured 0.66-0.71 over seeds 0-4 and 1-2 threads (notes/book.md); chance 0.1
 
@@ -87,7 +87,6 @@ def test_trainer_is_restored_after_the_chapter():
     assert d2l.Trainer.prepare_batch.__module__ == "d2l_gpu.book_trainer"
 
 
-@pytest.mark.parametrize("edition", ["en-0.17.6", "zh-2.0"])
-def test_use_gpu_chapter_0_17(edition):
+def test_use_gpu_chapter_0_17_and_chinese():
     assert isinstance(d2l.num_gpus(), int)  # the book: torch.cuda.device_count()
     check_devices_and_tensors(lambda: nn.Sequential(nn.Linear(3, 1)))
