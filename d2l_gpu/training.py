@@ -81,21 +81,31 @@ def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> float:
 def evaluate_accuracy_gpu(
     net: Callable, data_iter: Iterable, device: torch.device | str | None = None
 ) -> float:
-    """Compute the accuracy for a model on a dataset using a GPU (one host sync at the end)."""
-    was_training = isinstance(net, nn.Module) and net.training
+    """Compute the accuracy for a model on a dataset using a GPU (one host sync at the end).
+
+    Like the book's: an nn.Module is put in eval mode and left there (every training loop calls
+    net.train() at the start of its next epoch; a net evaluated after training stays ready for
+    prediction), `device` defaults to that of the net's parameters, and X may be a list of
+    tensors (the book's BERT fine-tuning), each moved to `device`. Shown in lessons 5 and 6.
+    """
     if isinstance(net, nn.Module):
-        net.eval()
+        net.eval()  # Set the model to evaluation mode
         if device is None:
             device = next(iter(net.parameters())).device
     correct = total = None
     with torch.no_grad():
         for X, y in data_iter:
-            X, y = X.to(device), y.to(device)
-            hits = (net(X).argmax(dim=1) == y).sum()
+            if isinstance(X, (list, tuple)):
+                X = [x.to(device) for x in X]
+            else:
+                X = X.to(device)
+            y = y.to(device)
+            y_hat = net(X)
+            if y_hat.dim() > 1 and y_hat.shape[1] > 1:  # scores: the class is the argmax
+                y_hat = y_hat.argmax(dim=1)
+            hits = (y_hat.type(y.dtype) == y).sum()
             correct = hits if correct is None else correct + hits
             total = y.numel() if total is None else total + y.numel()
-    if was_training:
-        net.train()
     if total is None:
         raise ValueError(
             "evaluate_accuracy_gpu got an empty data_iter: there is nothing to evaluate"

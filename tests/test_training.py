@@ -59,14 +59,14 @@ def test_accuracy_counts_correct_predictions():
     assert training.accuracy(torch.tensor([1, 1]), torch.tensor([1, 0])) == 1.0
 
 
-def test_evaluate_accuracy_gpu_matches_manual_count_and_keeps_mode():
+def test_evaluate_accuracy_gpu_matches_manual_count_and_leaves_eval_mode():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
     data = [(torch.randn(5, 1, 2, 2), torch.randint(0, 3, (5,))) for _ in range(3)]
     expected = sum(training.accuracy(net(X), y) for X, y in data) / 15
     net.train()
     assert training.evaluate_accuracy_gpu(net, data) == pytest.approx(expected)
-    assert net.training  # restored
+    assert not net.training  # left in eval mode, like the book's
     assert training.evaluate_accuracy_gpu(net, data, devices.cpu()) == pytest.approx(expected)
     with pytest.raises(ValueError, match="empty data_iter"):
         training.evaluate_accuracy_gpu(net, [])
