@@ -1,0 +1,255 @@
+"""The alpha-beta cost model of messages: measure it, fit it, predict collectives with it.
+
+Shown in lesson 11. A message of n bytes costs alpha + n / beta seconds: a fixed latency alpha
+(software, wake-ups, the wire's delay) plus the size over the bandwidth beta. The workers below
+run in every rank of a process group (see `run_workers`) and time real messages; the formulas
+predict the collectives of `collectives.py` from one fitted (alpha, beta) per link.
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """One link: `alpha` seconds per message, `beta` bytes per second. Shown in lesson 11."""
+
+    alpha: float
+    beta: float
+
+    def time(self, nbytes: float) -> float:
+        """Predicted seconds of one message of `nbytes` bytes over this link."""
+        return self.alpha + nbytes / self.beta
+
+    def __str__(self) -> str:
+        return f"alpha = {1e6 * self.alpha:.1f} us, beta = {self.beta / 1e9:.3f} GB/s"
+
+
+def fit_alpha_beta(sizes: list[float], times: list[float]) -> AlphaBeta:
+    """Least-squares fit of time = alpha + size / beta, in relative error. Shown in lesson 11.
+
+    Relative error, because the times span several orders of magnitude: an absolute fit would
+    follow the largest messages and ignore the small ones, where alpha dominates.
+    """
+    if len(sizes) != len(times) or len(sizes) < 2:
+        raise ValueError(f"need at least 2 (size, time) pairs, got {len(sizes)} and {len(times)}")
+    n = torch.tensor(sizes, dtype=torch.float64)
+    t = torch.tensor(times, dtype=torch.float64)
+    if (t <= 0).any():
+        raise ValueError("every measured time must be positive")
+    A = torch.stack([1 / t, n / t], dim=1)  # alpha / t + gamma * n / t = 1, gamma = 1 / beta
+    alpha, gamma = torch.linalg.lstsq(A, torch.ones_like(t).unsqueeze(1)).solution.squeeze(1)
+    if gamma <= 0:  # no size dependence visible: bandwidth beyond what was measured
+        gamma = torch.tensor(1e-15, dtype=torch.float64)
+    if alpha < 0:  # no latency visible: refit the bandwidth alone
+        alpha = torch.zeros((), dtype=torch.float64)
+        gamma = (n / t).sum() / ((n / t) ** 2).sum()
+    return AlphaBeta(float(alpha), float(1 / gamma))
+
+
+def ps_time(link: AlphaBeta, nbytes: float, k: int, num_servers: int = 1) -> float:
+    """Predicted seconds of `ps_push_pull` over k ranks: the busiest server's link, both ways.
+
+    Shown in lesson 11. A server receives k-1 slices of nbytes/num_servers and sends as many
+    back; all servers work at once. A dedicated server machine (the book's CPU) is k + 1 ranks.
+    """
+    return 2 * (k - 1) * link.time(nbytes / num_servers)
+
+
+def ring_time(link: AlphaBeta, nbytes: float, k: int) -> float:
+    """Predicted seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k each."""
+    return 0.0 if k == 1 else 2 * (k - 1) * link.time(nbytes / k)
+
+
+def hierarchical_time(
+    inside: AlphaBeta, between: AlphaBeta, nbytes: float, machines: int, local_size: int
+) -> float:
+    """Predicted seconds of `hierarchical_all_reduce`: reduce in, ring across, broadcast in."""
+    local = (local_size - 1) * inside.time(nbytes)  # the leader receives, later sends, one by one
+    return 2 * local + ring_time(between, nbytes, machines)
+
+
+def pipeline_time(compute: list[float], comm: list[float]) -> float:
+    """Seconds until the last message is sent when message i may start once compute i is done.
+
+    Shown in lesson 11 (overlap): compute runs back to back, messages one at a time in order.
+    """
+    ready = done = 0.0
+    for c, m in zip(compute, comm, strict=True):
+        ready += c
+        done = max(done, ready) + m
+    return max(done, ready)
+
+
+# ---- measuring, inside every rank of a process group ----------------------------------------
+
+
+def rank_device(rank: int) -> torch.device:
+    """The device of this rank's tensors: its own GPU under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_ops(
+    ops: dict, rounds: int = 5, warmup: int = 1, group=None, device=None
+) -> dict[object, float]:
+    """Median over `rounds` of the slowest rank's seconds, for each op of `ops`. Lesson 11.
+
+    Every member of `group` calls it with the same ops. The ops take turns within each round
+    (interleaved), so a change in the machine's load hits all of them alike; a barrier before
+    each op starts the ranks together, and an op counts as done when its slowest rank is.
+    """
+    device = device or torch.device("cpu")
+    names = list(ops)
+    times = torch.zeros(len(names), rounds, dtype=torch.float64)
+    for r in range(-warmup, rounds):
+        for j, name in enumerate(names):
+            dist.barrier(group=group)
+            start = time.perf_counter()
+            ops[name]()
+            _sync(device)
+            if r >= 0:
+                times[j, r] = time.perf_counter() - start
+    slowest = times.to(device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+    return {name: statistics.median(slowest[j].tolist()) for j, name in enumerate(names)}
+
+
+def pingpong_worker(
+    rank: int, world_size: int, sizes: list[int], rounds: int = 5, pair: tuple = (0, 1)
+) -> dict:
+    """Seconds of one message of each size between the ranks of `pair`: half a round trip.
+
+    Shown in lesson 11. Every rank calls it; the ranks outside `pair` only wait.
+    """
+    device = rank_device(rank)
+    first, second = pair
+    ops, inner = {}, {}
+    for n in sizes:
+        x = torch.zeros(max(1, n // 4), device=device)  # float32: 4 bytes a number
+        inner[n] = max(1, min(8, 2**18 // max(n, 1)))  # small messages: several round trips
+
+        def op(x=x, m=inner[n]):
+            for _ in range(m):
+                if rank == first:
+                    dist.send(x, second)
+                    dist.recv(x, second)
+                elif rank == second:
+                    dist.recv(x, first)
+                    dist.send(x, first)
+
+        ops[n] = op
+    times = time_ops(ops, rounds, device=device)
+    return {n: t / (2 * inner[n]) for n, t in times.items()}
+
+
+def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: int = 5) -> dict:
+    """Seconds of each case (algorithm, k, nbytes[, compute_s]) on the first k ranks.
+
+    Shown in lesson 11. The algorithm is a name of ALGORITHMS. With compute_s > 0 the case is a
+    training step: a sleep standing in for a device computing the gradients, then the all-reduce.
+    Returns {case: median seconds}, the same on every rank that took part.
+    """
+    device, out = rank_device(rank), {}
+    open_reverse_links()
+    for k in sorted({case[1] for case in cases}):
+        ranks = list(range(k))
+        group = dist.new_group(ranks)  # every rank takes part in creating a group
+        if rank >= k:
+            continue
+        ops = {}
+        for case in (c for c in cases if c[1] == k):
+            name, _, nbytes, *compute = case
+            x = torch.ones(max(1, nbytes // 4), device=device)  # float32: 4 bytes a number
+
+            def op(fn=ALGORITHMS[name], x=x, pause=sum(compute)):
+                if pause:
+                    time.sleep(pause)
+                fn(x, ranks, group)
+
+            ops[case] = op
+        out.update(time_ops(ops, rounds, group=group, device=device))
+    return out
+
+
+def _buckets(layer_bytes: list[int], bucket_bytes: int) -> list[list[int]]:
+    """Group layers, last first, into buckets of at least `bucket_bytes` (the last may be less)."""
+    buckets, current, size = [], [], 0
+    for i in reversed(range(len(layer_bytes))):
+        current.append(i)
+        size += layer_bytes[i]
+        if size >= bucket_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    return buckets + ([current] if current else [])
+
+
+def overlap_worker(
+    rank: int,
+    world_size: int,
+    layer_bytes: list[int],
+    compute_s: list[float],
+    bucket_bytes: int,
+    rounds: int = 5,
+) -> dict:
+    """Seconds of one backward pass and gradient ring all-reduce, for three schedules.
+
+    Shown in lesson 11. Layer i's backward is a sleep of compute_s[i] (a device computing while
+    the CPU is free), run last layer first. 'after backward': every layer's gradient is reduced
+    once all are computed; 'per layer': a second thread reduces each gradient as soon as it is
+    ready; 'buckets': the same, with gradients grouped into buckets of bucket_bytes (as DDP does).
+    """
+    device = rank_device(rank)
+    open_reverse_links()
+    grads = [torch.ones(max(1, n // 4), device=device) for n in layer_bytes]
+    buckets = _buckets(layer_bytes, bucket_bytes)
+    flats = [torch.ones(sum(grads[i].numel() for i in b), device=device) for b in buckets]
+
+    def overlapped(items: list[tuple[int, torch.Tensor]]) -> None:
+        """Backward, last layer first; item (i, t) is sent as soon as layer i is done."""
+        todo: queue.Queue = queue.Queue()
+
+        def sender():
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # the current device is per thread
+            while (item := todo.get()) is not None:
+                ring_all_reduce(item)
+
+        thread = threading.Thread(target=sender)
+        thread.start()
+        waiting = list(items)
+        for i in reversed(range(len(grads))):
+            time.sleep(compute_s[i])
+            while waiting and waiting[0][0] == i:
+                todo.put(waiting.pop(0)[1])
+        todo.put(None)
+        thread.join()
+
+    def after_backward() -> None:
+        for i in reversed(range(len(grads))):
+            time.sleep(compute_s[i])
+        for i in reversed(range(len(grads))):
+            ring_all_reduce(grads[i])
+
+    ops = {
+        "after backward": after_backward,
+        "per layer": lambda: overlapped([(i, grads[i]) for i in reversed(range(len(grads)))]),
+        "buckets": lambda: overlapped([(b[-1], f) for b, f in zip(buckets, flats, strict=True)]),
+    }
+    return time_ops(ops, rounds, device=device)
