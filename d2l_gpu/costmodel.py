@@ -159,6 +159,17 @@ def pingpong_worker(
     return {n: t / (2 * inner[n]) for n, t in times.items()}
 
 
+def _step(fn, x: torch.Tensor, ranks: list[int], group, compute_s: float):
+    """One timed op: optionally a sleep (the gradients being computed), then the all-reduce."""
+
+    def op():
+        if compute_s:
+            time.sleep(compute_s)
+        fn(x, ranks, group)
+
+    return op
+
+
 def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: int = 5) -> dict:
     """Seconds of each case (algorithm, k, nbytes[, compute_s]) on the first k ranks.
 
@@ -177,13 +188,7 @@ def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: in
         for case in (c for c in cases if c[1] == k):
             name, _, nbytes, *compute = case
             x = torch.ones(max(1, nbytes // 4), device=device)  # float32: 4 bytes a number
-
-            def op(fn=ALGORITHMS[name], x=x, pause=sum(compute)):
-                if pause:
-                    time.sleep(pause)
-                fn(x, ranks, group)
-
-            ops[case] = op
+            ops[case] = _step(ALGORITHMS[name], x, ranks, group, compute[0] if compute else 0.0)
         out.update(time_ops(ops, rounds, group=group, device=device))
     return out
 
