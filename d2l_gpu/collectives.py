@@ -13,6 +13,13 @@ import torch
 import torch.distributed as dist
 
 
+def rank_device(rank: int) -> torch.device:
+    """The device of this rank's tensors: its own GPU under NCCL, else the CPU. Lesson 11."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
 def _flat(x: torch.Tensor) -> torch.Tensor:
     """`x` as one flat view sharing its memory (the algorithms work on contiguous buffers)."""
     if not x.is_contiguous():
@@ -173,7 +180,8 @@ def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) 
     (algorithm, k, integers equal, floats close, same bits on every rank), rank 0's answer.
     """
     open_reverse_links()
-    rows = []
+    dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
+    device, rows = rank_device(rank), []
     for k in range(2, world_size + 1):
         ranks, group = list(range(k)), dist.new_group(list(range(k)))
         if rank >= k:
@@ -182,8 +190,8 @@ def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) 
             if name == "all_reduce" or (name == "hierarchical" and k % 2):
                 continue
             g = torch.Generator().manual_seed(rank)
-            ints = [torch.randint(-(10**9), 10**9, (n,), generator=g) for n in sizes]
-            floats = [torch.randn(n, generator=g) * 10**rank for n in sizes]
+            ints = [torch.randint(-(10**9), 10**9, (n,), generator=g).to(device) for n in sizes]
+            floats = [(torch.randn(n, generator=g) * 10**rank).to(device) for n in sizes]
             mine = [t.clone() for t in ints + floats]
             for t in mine:
                 fn(t, ranks, group)
@@ -194,10 +202,12 @@ def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) 
                 torch.allclose(a, b, rtol=1e-5, atol=1e-3)
                 for a, b in zip(mine[len(ints) :], floats, strict=True)
             )
-            everyone = [torch.empty_like(flat) for flat in [torch.cat(mine)] * k]
-            dist.all_gather(everyone, torch.cat(mine), group=group)
-            same = all(torch.equal(e, everyone[0]) for e in everyone)
-            flags = torch.tensor([ints_equal, floats_close, same], dtype=torch.int64)
+            same = True
+            for part in (torch.cat(mine[: len(ints)]), torch.cat(mine[len(ints) :])):
+                everyone = [torch.empty_like(part) for _ in ranks]
+                dist.all_gather(everyone, part, group=group)
+                same = same and all(torch.equal(e, everyone[0]) for e in everyone)
+            flags = torch.tensor([ints_equal, floats_close, same], dtype=torch.int64, device=device)
             dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=group)  # true on every rank
             rows.append((name, k, *(bool(f) for f in flags)))
     return rows

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
+from .collectives import ALGORITHMS, open_reverse_links, rank_device, ring_all_reduce
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,6 @@ def pipeline_time(compute: list[float], comm: list[float]) -> float:
 
 
 # ---- measuring, inside every rank of a process group ----------------------------------------
-
-
-def rank_device(rank: int) -> torch.device:
-    """The device of this rank's tensors: its own GPU under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", rank % torch.cuda.device_count())
-    return torch.device("cpu")
 
 
 def _sync(device: torch.device) -> None:
@@ -179,6 +172,7 @@ def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: in
     """
     device, out = rank_device(rank), {}
     open_reverse_links()
+    dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
     for k in sorted({case[1] for case in cases}):
         ranks = list(range(k))
         group = dist.new_group(ranks)  # every rank takes part in creating a group
