@@ -14,6 +14,29 @@ __version__ = "0.2.0"
 # module -> the public names it gives to `d2l.`; one concept per module.
 _NAMES = {
     "book": ["BookStyleDataset", "load_data_book_style"],
+    "collectives": [
+        "ALGORITHMS",
+        "check_worker",
+        "exchange",
+        "hierarchical_all_reduce",
+        "key_ranges",
+        "open_reverse_links",
+        "ps_push_pull",
+        "rank_device",
+        "ring_all_reduce",
+    ],
+    "costmodel": [
+        "AlphaBeta",
+        "collective_worker",
+        "fit_alpha_beta",
+        "hierarchical_time",
+        "overlap_worker",
+        "pingpong_worker",
+        "pipeline_time",
+        "ps_time",
+        "ring_time",
+        "time_ops",
+    ],
     "data": [
         "DataError",
         "fashion_mnist_dir",

@@ -1,10 +1,9 @@
 """All-reduce from scratch with point-to-point messages: parameter servers, ring, hierarchy.
 
-Shown in lesson 11. Every function here is called by *every* rank of a process group (started,
-for example, by `run_workers`) and sums a tensor over the ranks in `ranks` (all ranks when None),
-in place, using only `send`/`recv` between pairs of ranks: no `dist.all_reduce` inside. The result
-is the same bits on every rank, and the sum `dist.all_reduce` computes (exactly for integers, to
-rounding for floats, whose sums depend on the order of the additions).
+Shown in lesson 11. Every rank of a process group (started, for example, by `run_workers`) calls
+the same function; it sums a tensor over the ranks in `ranks` (all ranks when None) in place,
+using only sends and receives between pairs of ranks. Every rank ends with the same bits, and with
+the sum `dist.all_reduce` computes (exactly for integers, to rounding for floats).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import torch.distributed as dist
 
 
 def rank_device(rank: int) -> torch.device:
-    """The device of this rank's tensors: its own GPU under NCCL, else the CPU. Lesson 11."""
+    """The device of this rank's tensors: its own GPU under NCCL, else the CPU (lesson 11)."""
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", rank % torch.cuda.device_count())
     return torch.device("cpu")
@@ -43,21 +42,17 @@ _REVERSE: dict = {}  # under gloo: the group whose connections carry messages to
 
 
 def open_reverse_links() -> None:
-    """Collective: give messages to lower ranks connections of their own (gloo only).
-
-    Shown in lesson 11. Gloo moves the two directions of one connection one after the other, so
-    two ranks that exchange data at once get half their link each. A second group opens a second
-    connection between every pair of ranks: up one, down the other, both at full speed.
-    """
+    """Collective: messages to lower ranks get gloo connections of their own (lesson 11)."""
+    # Gloo moves the two directions of one connection one after the other, so two ranks that
+    # exchange data at once would get half their link each. A second group opens a second
+    # connection between every pair of ranks: one carries messages up, the other down.
     if dist.get_backend() == "gloo" and _REVERSE.get("world") is not dist.group.WORLD:
         _REVERSE.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo"))
 
 
 def exchange(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
-    """Post every send and receive at once, then wait for all (no rank blocks its peer).
-
-    Shown in lesson 11. `sends` and `recvs` are (tensor, global rank) pairs; empty tensors skip.
-    """
+    """Post all sends and receives (tensor, global rank) at once, then wait (lesson 11)."""
+    # Posting first matters: two ranks that each sent before receiving could wait forever.
     sends = [(t, peer) for t, peer in sends if t.numel() > 0]
     recvs = [(t, peer) for t, peer in recvs if t.numel() > 0]
     me = dist.get_rank()
@@ -74,10 +69,7 @@ def exchange(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tens
 
 
 def key_ranges(numel: int, num_servers: int) -> list[tuple[int, int]]:
-    """Split keys 0..numel-1 into `num_servers` ranges (start, stop) of nearly equal size.
-
-    Shown in lesson 11: server s holds keys start..stop-1 of every worker's flat gradient.
-    """
+    """Keys 0..numel-1 as `num_servers` (start, stop) ranges of nearly equal size (lesson 11)."""
     if num_servers < 1:
         raise ValueError(f"num_servers must be at least 1, got {num_servers}")
     bounds = [numel * s // num_servers for s in range(num_servers + 1)]
@@ -85,13 +77,9 @@ def key_ranges(numel: int, num_servers: int) -> list[tuple[int, int]]:
 
 
 def ps_push_pull(x: torch.Tensor, num_servers: int = 1, ranks: list[int] | None = None) -> None:
-    """Sum `x` over `ranks` through parameter servers: push each key range, then pull its sum.
-
-    Shown in lesson 11. The first `num_servers` ranks each also serve one key range: every rank
-    pushes its slice of that range to the server, the server adds the slices in rank order, and
-    every rank pulls the sum back. One server is the naive scheme of lesson 5 (all traffic on
-    one link); k servers spread it over every rank's link.
-    """
+    """Sum `x` over `ranks` through parameter servers: push key ranges, pull sums (lesson 11)."""
+    # The first num_servers ranks also serve one key range each. One server is the naive
+    # scheme of lesson 5 (all traffic on its link); k servers spread it over every rank's link.
     ranks, me = _members(ranks)
     if not 1 <= num_servers <= len(ranks):
         raise ValueError(f"num_servers must be between 1 and {len(ranks)}, got {num_servers}")
@@ -112,13 +100,10 @@ def ps_push_pull(x: torch.Tensor, num_servers: int = 1, ranks: list[int] | None 
 
 
 def ring_all_reduce(x: torch.Tensor, ranks: list[int] | None = None) -> None:
-    """Sum `x` over `ranks` around a ring: reduce-scatter, then all-gather, k-1 steps each.
-
-    Shown in lesson 11. `x` is cut into k chunks. In step t of the reduce-scatter, position i
-    sends chunk (i - t) to its right neighbour and adds the chunk (i - t - 1) arriving from its
-    left one; after k - 1 steps it holds the whole sum of chunk (i + 1). The all-gather then
-    passes the finished chunks once more around the ring. Each rank sends 2(k-1)/k of x.
-    """
+    """Sum `x` over `ranks` around a ring: reduce-scatter, then all-gather (lesson 11)."""
+    # In step t of the reduce-scatter, position i sends chunk i - t to its right neighbour and
+    # adds the chunk i - t - 1 arriving from its left one; after k - 1 steps it holds the whole
+    # sum of chunk i + 1, which the all-gather passes on. Each rank sends 2(k-1)/k of x.
     ranks, i = _members(ranks)
     k = len(ranks)
     if k == 1:
@@ -137,11 +122,9 @@ def ring_all_reduce(x: torch.Tensor, ranks: list[int] | None = None) -> None:
 def hierarchical_all_reduce(
     x: torch.Tensor, local_size: int, ranks: list[int] | None = None
 ) -> None:
-    """Sum `x` in three stages: reduce inside each machine, ring across, broadcast inside.
-
-    Shown in lesson 11. Consecutive blocks of `local_size` ranks form one machine; the first
-    rank of each block is its leader. Only the leaders use the (slow) link between machines.
-    """
+    """Sum `x`: reduce inside each machine, ring across machines, broadcast inside (lesson 11)."""
+    # Consecutive blocks of local_size ranks form one machine, led by their first rank. Only
+    # the leaders use the (slow) link between machines.
     ranks, me = _members(ranks)
     if local_size < 1 or len(ranks) % local_size:
         raise ValueError(
@@ -174,11 +157,9 @@ ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 11 co
 
 
 def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) -> list[tuple]:
-    """Run every algorithm on ranks 0..k-1 (k = 2 .. world_size) against dist.all_reduce.
-
-    Shown in lesson 11. Each rank holds integers and floats of uneven sizes. Returns rows
-    (algorithm, k, integers equal, floats close, same bits on every rank), rank 0's answer.
-    """
+    """Rows (algorithm, k, ints equal, floats close, same bits) against all_reduce (lesson 11)."""
+    # Every algorithm on ranks 0..k-1 for k = 2 .. world_size, with integers and floats of
+    # uneven sizes; the flags are combined over the ranks, so every rank returns the same rows.
     open_reverse_links()
     dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
     device, rows = rank_device(rank), []

@@ -22,7 +22,7 @@ from .collectives import ALGORITHMS, open_reverse_links, rank_device, ring_all_r
 
 @dataclass(frozen=True)
 class AlphaBeta:
-    """One link: `alpha` seconds per message, `beta` bytes per second. Shown in lesson 11."""
+    """One link: `alpha` seconds per message, `beta` bytes per second (lesson 11)."""
 
     alpha: float
     beta: float
@@ -35,55 +35,45 @@ class AlphaBeta:
         return f"alpha = {1e6 * self.alpha:.1f} us, beta = {self.beta / 1e9:.3f} GB/s"
 
 
-def fit_alpha_beta(sizes: list[float], times: list[float]) -> AlphaBeta:
-    """Least-squares fit of time = alpha + size / beta, in relative error. Shown in lesson 11.
-
-    Relative error, because the times span several orders of magnitude: an absolute fit would
-    follow the largest messages and ignore the small ones, where alpha dominates.
-    """
+def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> AlphaBeta:
+    """Fit time = alpha + size / beta, in error relative to the fit itself (lesson 11)."""
     if len(sizes) != len(times) or len(sizes) < 2:
         raise ValueError(f"need at least 2 (size, time) pairs, got {len(sizes)} and {len(times)}")
     n = torch.tensor(sizes, dtype=torch.float64)
     t = torch.tensor(times, dtype=torch.float64)
     if (t <= 0).any():
         raise ValueError("every measured time must be positive")
-    A = torch.stack([1 / t, n / t], dim=1)  # alpha / t + gamma * n / t = 1, gamma = 1 / beta
-    alpha, gamma = torch.linalg.lstsq(A, torch.ones_like(t).unsqueeze(1)).solution.squeeze(1)
-    if gamma <= 0:  # no size dependence visible: bandwidth beyond what was measured
-        gamma = torch.tensor(1e-15, dtype=torch.float64)
-    if alpha < 0:  # no latency visible: refit the bandwidth alone
-        alpha = torch.zeros((), dtype=torch.float64)
-        gamma = (n / t).sum() / ((n / t) ** 2).sum()
+    scale = t  # divide each equation by a time: small and large messages count alike
+    for _ in range(rounds):  # then by the model's own prediction, not a noisy measurement
+        A = torch.stack([1 / scale, n / scale], dim=1)  # alpha / s + gamma * n / s = t / s
+        alpha, gamma = torch.linalg.lstsq(A, (t / scale).unsqueeze(1)).solution.squeeze(1)
+        alpha, gamma = alpha.clamp(min=0.0), gamma.clamp(min=1e-15)  # neither can be negative
+        scale = alpha + gamma * n
     return AlphaBeta(float(alpha), float(1 / gamma))
 
 
 def ps_time(link: AlphaBeta, nbytes: float, k: int, num_servers: int = 1) -> float:
-    """Predicted seconds of `ps_push_pull` over k ranks: the busiest server's link, both ways.
-
-    Shown in lesson 11. A server receives k-1 slices of nbytes/num_servers and sends as many
-    back; all servers work at once. A dedicated server machine (the book's CPU) is k + 1 ranks.
-    """
+    """Seconds of `ps_push_pull` over k ranks: a server's k-1 slices in, k-1 out (lesson 11)."""
+    # All servers work at once. A dedicated server (the book's CPU) makes k + 1 ranks.
     return 2 * (k - 1) * link.time(nbytes / num_servers)
 
 
 def ring_time(link: AlphaBeta, nbytes: float, k: int) -> float:
-    """Predicted seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k each."""
+    """Seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k (lesson 11)."""
     return 0.0 if k == 1 else 2 * (k - 1) * link.time(nbytes / k)
 
 
 def hierarchical_time(
     inside: AlphaBeta, between: AlphaBeta, nbytes: float, machines: int, local_size: int
 ) -> float:
-    """Predicted seconds of `hierarchical_all_reduce`: reduce in, ring across, broadcast in."""
+    """Seconds of `hierarchical_all_reduce`: reduce in, ring across, broadcast in (lesson 11)."""
     local = (local_size - 1) * inside.time(nbytes)  # the leader receives, later sends, one by one
     return 2 * local + ring_time(between, nbytes, machines)
 
 
 def pipeline_time(compute: list[float], comm: list[float]) -> float:
-    """Seconds until the last message is sent when message i may start once compute i is done.
-
-    Shown in lesson 11 (overlap): compute runs back to back, messages one at a time in order.
-    """
+    """Seconds until the last message ends; message i starts after compute i (lesson 11)."""
+    # Compute runs back to back; messages go one at a time, in order.
     ready = done = 0.0
     for c, m in zip(compute, comm, strict=True):
         ready += c
@@ -102,12 +92,10 @@ def _sync(device: torch.device) -> None:
 def time_ops(
     ops: dict, rounds: int = 5, warmup: int = 1, group=None, device=None
 ) -> dict[object, float]:
-    """Median over `rounds` of the slowest rank's seconds, for each op of `ops`. Lesson 11.
-
-    Every member of `group` calls it with the same ops. The ops take turns within each round
-    (interleaved), so a change in the machine's load hits all of them alike; a barrier before
-    each op starts the ranks together, and an op counts as done when its slowest rank is.
-    """
+    """Median over `rounds` of the slowest rank's seconds for each op (lesson 11)."""
+    # Every member of `group` calls it with the same ops. The ops take turns within each round
+    # (interleaved), so a change in the machine's load hits all of them alike; a barrier before
+    # each op starts the ranks together, and an op is done when its slowest rank is.
     device = device or torch.device("cpu")
     names = list(ops)
     times = torch.zeros(len(names), rounds, dtype=torch.float64)
@@ -127,10 +115,8 @@ def time_ops(
 def pingpong_worker(
     rank: int, world_size: int, sizes: list[int], rounds: int = 5, pair: tuple = (0, 1)
 ) -> dict:
-    """Seconds of one message of each size between the ranks of `pair`: half a round trip.
-
-    Shown in lesson 11. Every rank calls it; the ranks outside `pair` only wait.
-    """
+    """Seconds of one message per size between the ranks of `pair`: half a ping-pong (lesson 11)."""
+    # Every rank calls it; the ranks outside `pair` only wait at the barriers.
     device = rank_device(rank)
     first, second = pair
     ops, inner = {}, {}
@@ -164,12 +150,9 @@ def _step(fn, x: torch.Tensor, ranks: list[int], group, compute_s: float):
 
 
 def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: int = 5) -> dict:
-    """Seconds of each case (algorithm, k, nbytes[, compute_s]) on the first k ranks.
-
-    Shown in lesson 11. The algorithm is a name of ALGORITHMS. With compute_s > 0 the case is a
-    training step: a sleep standing in for a device computing the gradients, then the all-reduce.
-    Returns {case: median seconds}, the same on every rank that took part.
-    """
+    """{case: seconds} of cases (algorithm, k, nbytes[, compute_s]) on ranks 0..k-1 (lesson 11)."""
+    # The algorithm is a name of ALGORITHMS. With compute_s > 0 a case is a training step: a sleep
+    # standing in for a device computing the gradients, then the all-reduce.
     device, out = rank_device(rank), {}
     open_reverse_links()
     dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
@@ -207,13 +190,12 @@ def overlap_worker(
     bucket_bytes: int,
     rounds: int = 5,
 ) -> dict:
-    """Seconds of one backward pass and gradient ring all-reduce, for three schedules.
-
-    Shown in lesson 11. Layer i's backward is a sleep of compute_s[i] (a device computing while
-    the CPU is free), run last layer first. 'after backward': every layer's gradient is reduced
-    once all are computed; 'per layer': a second thread reduces each gradient as soon as it is
-    ready; 'buckets': the same, with gradients grouped into buckets of bucket_bytes (as DDP does).
-    """
+    """Seconds of a backward pass and its gradients' all-reduces, 3 schedules (lesson 11)."""
+    # Layer i's backward is a sleep of compute_s[i] (a device computing while the CPU is free),
+    # last layer first. 'after backward' reduces each layer's gradient once all are computed;
+    # 'per layer' lets a second thread reduce each one as soon as it is ready; 'buckets' does the
+    # same with gradients grouped as DDP does. The backward and the all-reduces are also timed
+    # alone, so that a model can predict how they combine.
     device = rank_device(rank)
     open_reverse_links()
     grads = [torch.ones(max(1, n // 4), device=device) for n in layer_bytes]
@@ -247,6 +229,9 @@ def overlap_worker(
             ring_all_reduce(grads[i])
 
     ops = {
+        "backward alone": lambda: [time.sleep(c) for c in reversed(compute_s)],
+        "layers' all-reduces alone": lambda: [ring_all_reduce(g) for g in reversed(grads)],
+        "buckets' all-reduces alone": lambda: [ring_all_reduce(f) for f in flats],
         "after backward": after_backward,
         "per layer": lambda: overlapped([(i, grads[i]) for i in reversed(range(len(grads)))]),
         "buckets": lambda: overlapped([(b[-1], f) for b, f in zip(buckets, flats, strict=True)]),
