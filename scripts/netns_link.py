@@ -52,9 +52,14 @@ def available() -> tuple[bool, str]:
         made = _ip("netns", "add", name, check=False)
         if made.returncode != 0:
             return False, f"'ip netns add' failed: {made.stderr.strip()}"
+        tbf = ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf"]
+        tbf += ["rate", "100mbit", "burst", "16000", "latency", "200ms"]
+        shaped = subprocess.run(tbf, capture_output=True, text=True, timeout=30)
+        if shaped.returncode != 0:
+            return False, f"tc cannot limit a link (no tbf?): {shaped.stderr.strip()}"
     finally:
         _ip("netns", "delete", name, check=False)
-    return True, "Linux, root, ip and tc: namespaces can be made"
+    return True, "Linux, root, ip and tc: namespaces can be made and links limited"
 
 
 class TwoMachines:
