@@ -32,6 +32,8 @@ class AlphaBeta:
         return self.alpha + nbytes / self.beta
 
     def __str__(self) -> str:
+        if self.beta > 1e14:  # what fit_alpha_beta returns when size made no difference
+            return f"alpha = {1e6 * self.alpha:.1f} us, beta too large to measure at these sizes"
         return f"alpha = {1e6 * self.alpha:.1f} us, beta = {self.beta / 1e9:.3f} GB/s"
 
 
