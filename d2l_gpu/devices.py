@@ -99,6 +99,8 @@ def num_gpus() -> int:
 
 def try_gpu(i: int = 0, *, required: bool = False) -> torch.device:
     """gpu(i) if it exists, else cpu() (required=True: raise, saying why). Shown in lesson 1."""
+    if i < 0:
+        raise ValueError(f"try_gpu({i}): devices are numbered from 0; give an index 0 or more")
     if num_gpus() >= i + 1:
         return gpu(i)
     if required:
@@ -121,16 +123,20 @@ def synchronize(device: torch.device | str | None = None) -> None:
     if kind in (None, "cpu", "meta"):
         return
     acc = getattr(torch, "accelerator", None)
-    if acc is not None and kind == _accel_type():
+    if acc is not None and acc.is_available() and kind == acc.current_accelerator().type:
         acc.synchronize(device)
     elif kind == DIRECTML:
-        # torch_directml has no synchronize(); reading a value back waits for the device's
-        # queue, which runs in order, so everything queued before it has finished
-        torch.zeros((), device=device if device is not None else gpu(0)).item()
+        _read_back(device if device is not None else gpu(0))
     elif kind == "mps":
         torch.mps.synchronize()  # one device, no argument
     elif hasattr(getattr(torch, kind, None), "synchronize"):
         getattr(torch, kind).synchronize(device)
+
+
+def _read_back(device: torch.device | str) -> None:
+    """Copy one value from `device` to the host: waits for the work queued on it before."""
+    # torch_directml has no synchronize(); its queue runs in order, so a read-back waits
+    torch.zeros((), device=device).item()
 
 
 def _device_lines(kind: str, i: int) -> list[str]:
