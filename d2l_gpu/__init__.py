@@ -57,7 +57,14 @@ _NAMES = {
         "train_batch",
         "train_parallel",
     ],
-    "perf": ["PEAK_TFLOPS", "examples_per_second", "measure", "peak_tflops", "training_flops"],
+    "perf": [
+        "PEAK_TFLOPS",
+        "cpu_name",
+        "examples_per_second",
+        "measure",
+        "peak_tflops",
+        "training_flops",
+    ],
     "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
     "training": [
         "Accumulator",
