@@ -29,10 +29,10 @@ INSTALL_HINT = (
 
 @functools.cache
 def _directml():
-    """The torch_directml module, or None when it is not installed."""
+    """The torch_directml module, or None when it is not installed or cannot load."""
     try:
         return importlib.import_module("torch_directml")
-    except ImportError:
+    except (ImportError, OSError):  # OSError: its Linux build outside WSL lacks libd3d12.so
         return None
 
 

@@ -120,6 +120,15 @@ def test_real_machine_with_torch_accelerator_hidden(monkeypatch):
     assert devices.devices_report().startswith(f"PyTorch {torch.__version__}")
 
 
+@pytest.mark.parametrize("error", [ImportError, OSError])
+def test_directml_that_cannot_load_counts_as_absent(monkeypatch, error):
+    def fail(name):
+        raise error(f"{name}: libd3d12.so: cannot open shared object file")
+
+    monkeypatch.setattr(devices.importlib, "import_module", fail)
+    assert devices._directml.__wrapped__() is None  # torch-directml on Linux outside WSL
+
+
 def test_only_devices_py_names_torch_accelerator(root):
     # any other module calling torch.accelerator would fail on PyTorch 2.4 (torch-directml)
     users = sorted(
