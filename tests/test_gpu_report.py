@@ -6,9 +6,11 @@ are not measurements: no figure of them appears in the README or the notes.
 """
 
 import copy
+import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import gpu_report
 import pytest
@@ -238,7 +240,8 @@ def test_ddp_figures_from_the_scripts_real_log(small_data, capsys, monkeypatch):
 def test_workers_train_and_report_figures(model, small_data, monkeypatch):
     monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
     monkeypatch.setenv("D2L_GPU_LIVE_PLOTS", "0")
-    figures = gpu_report.worker(model, "1", epochs=1, limit=32)
+    epochs = 2 if model == "lenet" else 1  # lesson 5's plot needs two epochs for an x range
+    figures = gpu_report.worker(model, "1", epochs=epochs, limit=32)
     assert 0 <= figures["test_acc"] <= 1 and figures["sec_per_epoch"] > 0
     assert figures["devices"] == [str(devices.try_gpu())]
     if model == "resnet":
@@ -271,3 +274,88 @@ def test_a_copy_of_the_report_is_independent():
     checks(report)
     markdown(report)
     assert report == before  # pure: nothing changed in the input
+
+
+DDP_LOG = """lenet: world size {w} ({b}, cuda), 60000 training examples, global batch 256
+epoch 1/10: loss 0.900, train acc 0.660, test acc 0.750, 3.1 s
+epoch 10/10: loss 0.400, train acc 0.850, test acc {acc}, 1.2 s
+"""
+
+
+def fake_run(root):
+    """gpu_report.run stand-in: each command 'prints' what its real program would."""
+
+    def run(cmd, timeout, env=None):
+        out = ""
+        if "--worker" in cmd:
+            model = cmd[cmd.index("--worker") + 1]
+            acc = 0.85 if model == "lenet" else 0.92
+            out = json.dumps({"test_acc": acc, "sec_per_epoch": 0.9, "devices": ["cuda:0"]})
+        elif "d2l_gpu.ddp" in cmd:
+            world = 2 if "torch.distributed.run" in cmd else 1
+            backend = cmd[-1] if "--backend" in cmd else "nccl"
+            out = DDP_LOG.format(w=world, b=backend, acc=0.86)
+        elif "benchmarks/bench_resnet.py" in cmd:
+            bench = {"pipeline": {"ratio": 40.0}, "training_ratio": 5.0,
+                     "training": [{}, {"images_per_sec": 5.0}]}  # fmt: skip
+            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(bench))
+        elif "scripts/run_lessons.py" in cmd:
+            rows = [{"lesson": "01-devices", "status": "ok", "seconds": 1.0, "key_result": "-"}]
+            (root / "build" / "lessons").mkdir(parents=True)
+            (root / "build" / "lessons" / "summary.json").write_text(json.dumps({"lessons": rows}))
+        return {"rc": 0, "output": out, "seconds": 1.0, "timed_out": False,
+                "command": " ".join(cmd)}  # fmt: skip
+
+    return run
+
+
+def test_every_step_feeds_the_targets_it_names(tmp_path, monkeypatch):
+    monkeypatch.setattr(devices, "_accel_type", lambda: "cuda")
+    monkeypatch.setattr(devices, "_accel_count", lambda: 2)
+    monkeypatch.setattr(gpu_report, "ROOT", tmp_path)
+    monkeypatch.setattr(gpu_report, "run", fake_run(tmp_path))
+    args = gpu_report.parse_args(["--out", str(tmp_path)])
+    (tmp_path / "gpu-report").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01-devices.ipynb").write_text("{}")
+    steps = [r for name in gpu_report.STEPS for r in gpu_report.RUNNERS[name](args)]
+    assert all(s["status"] == "ok" for s in steps), [s for s in steps if s["status"] != "ok"]
+    report = {"hardware": sample_report()["hardware"], "epochs": 10, "limit": None, "steps": steps}
+    results = {c["target"]: c["result"] for c in checks(report)}
+    speed = "ResNet-18, 1 device: <= 1 s/epoch on an H100-class GPU"
+    assert results.pop(speed) == "pass" and set(results.values()) == {"pass"}, results
+
+
+def test_step_commands_are_what_each_program_accepts(monkeypatch, root):
+    from torch.distributed.run import parse_args as torchrun_args
+
+    monkeypatch.setattr(devices, "_accel_type", lambda: "cuda")
+    monkeypatch.setattr(devices, "_accel_count", lambda: 4)
+    commands = []
+
+    def run(cmd, timeout, env=None):
+        commands.append(cmd)
+        return {"rc": 1, "output": "", "seconds": 0.0, "timed_out": False, "command": ""}
+
+    monkeypatch.setattr(gpu_report, "run", run)
+    monkeypatch.setattr(gpu_report, "record", lambda *a, **k: {})
+    monkeypatch.setattr(gpu_report, "last_json", lambda out: None)
+    monkeypatch.setattr(gpu_report, "ddp_figures", lambda out: None)
+    args = gpu_report.parse_args(["--epochs", "3", "--limit", "500"])
+    for name in ("bench", "lenet", "resnet", "ddp"):
+        gpu_report.RUNNERS[name](args)
+    spec = importlib.util.spec_from_file_location("bench", root / "benchmarks/bench_resnet.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench_args = bench.parse_args(commands[0][2:])
+    assert (bench_args.profile, bench_args.epochs, bench_args.limit) == ("full", 3, 500)
+    for cmd in commands[1:5]:  # lenet 1, lenet all, resnet 1, resnet all
+        worker = gpu_report.parse_args(cmd[2:])
+        assert (worker.epochs, worker.limit) == (3, 500) and worker.worker in ("lenet", "resnet")
+    alone, *launched = commands[5:]
+    assert ddp.parse_args(alone[3:]).epochs == 3
+    for cmd, backend in zip(launched, ["nccl", "gloo"], strict=True):
+        job = cmd.index("-m", 3)
+        launch = torchrun_args(cmd[3:job] + ["dummy.py"])
+        assert launch.standalone and launch.nproc_per_node == "4"
+        assert ddp.parse_args(cmd[job + 2 :]).backend == backend
