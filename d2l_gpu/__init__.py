@@ -127,7 +127,14 @@ _NAMES = {
         "train_batch",
         "train_parallel",
     ],
-    "perf": ["PEAK_TFLOPS", "examples_per_second", "measure", "peak_tflops", "training_flops"],
+    "perf": [
+        "PEAK_TFLOPS",
+        "cpu_name",
+        "examples_per_second",
+        "measure",
+        "peak_tflops",
+        "training_flops",
+    ],
     "plotting": [
         "Animator",
         "ProgressBoard",
