@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from ._fs import sync_folder
 
@@ -30,7 +31,9 @@ __all__ = [
     "check_state_fits",
     "get_rng_state",
     "load_checkpoint",
+    "resume",
     "save_atomic",
+    "save_checkpoint",
     "set_rng_state",
 ]
 
@@ -223,3 +226,51 @@ def set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def resume(cfg, net, rank: int, world: int) -> dict | None:
+    """The checkpoint of job `cfg` (a TrainConfig) for `net` on every rank, or None.
+
+    Shown in lesson 7. Rank 0 checks that the outputs can be written, reads the checkpoint,
+    checks its settings, tensors and states, and broadcasts the outcome: every rank gets the
+    checkpoint, or every rank raises the same CheckpointError (none waits forever)."""
+    payload = [None]
+    if rank == 0:
+        try:
+            for path, flag in ((cfg.checkpoint, "--checkpoint"), (cfg.save, "--save")):
+                if path:
+                    check_output(path, flag)
+            ckpt = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
+            if ckpt is not None:
+                settings = cfg.settings()
+                notes = check_checkpoint(
+                    ckpt, cfg.checkpoint, settings, world_size=world, may_change=cfg.MAY_CHANGE
+                )
+                check_state_fits(ckpt.get("model_state"), net.state_dict(), cfg.checkpoint)
+                names = [name for name, _ in net.named_parameters()]
+                check_optimizer_state(ckpt.get("optimizer_state"), names, cfg.checkpoint)
+                check_rng_states(ckpt.get("rng"), world, cfg.checkpoint)
+                ckpt["notes"] = notes
+            payload = [("ok", ckpt)]
+        except CheckpointError as e:
+            payload = [("error", str(e))]
+    dist.broadcast_object_list(payload, src=0)  # every rank fails together, none hangs
+    status, value = payload[0]
+    if status == "error":
+        raise CheckpointError(value)
+    return value
+
+
+def save_checkpoint(cfg, strategy, epoch: int, rank: int, world: int, device) -> None:
+    """Gather the full states and every rank's RNG state; rank 0 writes them atomically to
+    cfg.checkpoint; all ranks wait until it is on disk. Shown in lesson 7."""
+    rng = [None] * world
+    dist.all_gather_object(rng, get_rng_state(device))
+    model_state, optimizer_state = strategy.model_state(), strategy.optimizer_state()
+    if rank == 0:
+        ckpt = {"format": FORMAT, "settings": cfg.settings(), "world_size": world,
+                "epoch": epoch, "model_state": model_state, "optimizer_state": optimizer_state,
+                "rng": rng}  # fmt: skip
+        save_atomic(ckpt, cfg.checkpoint)
+        print(f"saved checkpoint (epoch {epoch}) to {cfg.checkpoint}", flush=True)
+    dist.barrier()  # a rank that dies after this point cannot lose this epoch

@@ -134,6 +134,17 @@ def leave_group() -> None:
     _STORE = None
 
 
+def lost_contact(error: BaseException) -> bool:
+    """True if `error` says that this rank lost its peers (a timeout or a broken connection)."""
+    if isinstance(error, getattr(dist, "DistError", ())):  # DistBackendError, DistNetworkError
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(
+        sign in text for sign in ("Timed out", "Connection reset", "Connection closed",
+                                  "Connection refused", "Broken pipe", "Socket Timeout")
+    )  # fmt: skip
+
+
 def local_torchrun(nproc: int, *options: str, folder=None) -> tuple[list[str], dict]:
     """(command, extra environment) of torchrun for `nproc` workers on this machine, private.
 

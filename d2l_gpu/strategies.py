@@ -17,7 +17,48 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .models import LeNet, init_every_layer, resnet18
 
-__all__ = ["STRATEGIES", "DDPStrategy", "build_model", "make_strategy"]
+__all__ = [
+    "STRATEGIES",
+    "DDPStrategy",
+    "TrainError",
+    "build_model",
+    "check_sizes",
+    "make_strategy",
+    "shard_indices",
+]
+
+
+class TrainError(ValueError):
+    """A job that cannot run as asked (sizes that do not fit, a loss that is no longer finite)."""
+
+
+def shard_indices(
+    num_examples: int, batch_size: int, epoch: int, seed: int, rank: int, world_size: int
+) -> torch.Tensor:
+    """Rank `rank`'s slice of every full global batch of `epoch`: (num_batches, batch/world).
+
+    Shown in lesson 7."""
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)  # same order on every rank
+    order = torch.randperm(num_examples, generator=g)
+    num_batches = num_examples // batch_size  # the last, incomplete global batch is dropped
+    per_rank = batch_size // world_size
+    return order[: num_batches * batch_size].view(num_batches, world_size, per_rank)[:, rank]
+
+
+def check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
+    """Raise TrainError unless the global batch splits evenly and every rank gets examples."""
+    if world_size > num_examples:
+        raise TrainError(
+            f"{world_size} ranks but only {num_examples} training examples: every rank needs "
+            "at least one; use fewer processes or a larger --limit"
+        )
+    if batch_size % world_size:
+        raise TrainError(
+            f"global --batch-size {batch_size} is not divisible by the world size {world_size}: "
+            f"use a multiple of {world_size}, e.g. {max(batch_size // world_size, 1) * world_size}"
+        )
+    if batch_size > num_examples:
+        raise TrainError(f"--batch-size {batch_size} exceeds the {num_examples} training examples")
 
 
 def build_model(name: str, seed: int, device: torch.device, dtype=torch.float32) -> nn.Module:

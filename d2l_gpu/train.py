@@ -26,22 +26,17 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .checkpoint import (
-    FORMAT,
-    CheckpointError,
-    check_checkpoint,
-    check_optimizer_state,
-    check_output,
-    check_rng_states,
-    check_state_fits,
-    get_rng_state,
-    load_checkpoint,
-    save_atomic,
-    set_rng_state,
-)
+from .checkpoint import CheckpointError, resume, save_atomic, save_checkpoint, set_rng_state
 from .data import DataError, fashion_mnist_dir, read_fashion_mnist
-from .distributed import device_and_backend, join_group, leave_group
-from .strategies import STRATEGIES, build_model, make_strategy
+from .distributed import device_and_backend, join_group, leave_group, lost_contact
+from .strategies import (
+    STRATEGIES,
+    TrainError,
+    build_model,
+    check_sizes,
+    make_strategy,
+    shard_indices,
+)
 
 __all__ = ["TrainConfig", "TrainError", "main", "parse_args", "shard_indices", "train"]
 
@@ -53,10 +48,6 @@ class _Bar(tqdm):
     """tqdm without its monitor thread: no thread of ours outlives the job."""
 
     monitor_interval = 0
-
-
-class TrainError(ValueError):
-    """A job that cannot run as asked (sizes that do not fit, a loss that is no longer finite)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +66,7 @@ class TrainConfig:
     backend: str = "auto"
     strategy: str = "ddp"
     dtype: str = "float32"
+    timeout: float = 600.0  # seconds a rank waits for the others before it gives up
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
 
     # settings that define the job: a resumed job must have the checkpoint's
@@ -87,8 +79,10 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr must be a positive finite number, got {self.lr}")
+        for name in ("lr", "timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name} must be a positive finite number, got {value}")
         for name, allowed in (("model", MODELS), ("dtype", DTYPES), ("strategy", STRATEGIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} must be one of {', '.join(allowed)}")
@@ -112,7 +106,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _positive_float(text: str) -> float:
-    """argparse type for --lr: a finite number above zero."""
+    """argparse type for --lr and --timeout: a finite number above zero."""
     try:
         value = float(text)
     except ValueError:
@@ -139,6 +133,8 @@ def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
     p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto", help="(auto)")
     p.add_argument("--strategy", choices=list(STRATEGIES), default="ddp", help="(ddp)")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="(float32)")
+    p.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S",
+                   help="seconds a rank waits for the others before it gives up (600)")  # fmt: skip
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -151,35 +147,6 @@ def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
         p.error(str(e))
 
 
-def shard_indices(
-    num_examples: int, batch_size: int, epoch: int, seed: int, rank: int, world_size: int
-) -> torch.Tensor:
-    """Rank `rank`'s slice of every full global batch of `epoch`: (num_batches, batch/world).
-
-    Shown in lesson 7."""
-    g = torch.Generator().manual_seed(seed * 100_003 + epoch)  # same order on every rank
-    order = torch.randperm(num_examples, generator=g)
-    num_batches = num_examples // batch_size  # the last, incomplete global batch is dropped
-    per_rank = batch_size // world_size
-    return order[: num_batches * batch_size].view(num_batches, world_size, per_rank)[:, rank]
-
-
-def _check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
-    """Raise TrainError unless the global batch splits evenly and every rank gets examples."""
-    if world_size > num_examples:
-        raise TrainError(
-            f"{world_size} ranks but only {num_examples} training examples: every rank needs "
-            "at least one; use fewer processes or a larger --limit"
-        )
-    if batch_size % world_size:
-        raise TrainError(
-            f"global --batch-size {batch_size} is not divisible by the world size {world_size}: "
-            f"use a multiple of {world_size}, e.g. {max(batch_size // world_size, 1) * world_size}"
-        )
-    if batch_size > num_examples:
-        raise TrainError(f"--batch-size {batch_size} exceeds the {num_examples} training examples")
-
-
 def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype):
     """Images idx of X as (B,1,28,28) floats in [0,1], with their labels."""
     return X[idx].unsqueeze(1).to(dtype).div_(255), y[idx]
@@ -188,35 +155,6 @@ def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, dtype: torch.dty
 def _log(rank: int, *args) -> None:
     if rank == 0:
         print(*args, flush=True)
-
-
-def _resume(cfg: TrainConfig, net, rank: int, world: int) -> dict | None:
-    """Rank 0 checks the outputs, reads and checks the checkpoint, and broadcasts the outcome."""
-    payload = [None]
-    if rank == 0:
-        try:
-            for path, flag in ((cfg.checkpoint, "--checkpoint"), (cfg.save, "--save")):
-                if path:
-                    check_output(path, flag)
-            ckpt = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
-            if ckpt is not None:
-                settings = cfg.settings()
-                notes = check_checkpoint(
-                    ckpt, cfg.checkpoint, settings, world_size=world, may_change=cfg.MAY_CHANGE
-                )
-                check_state_fits(ckpt.get("model_state"), net.state_dict(), cfg.checkpoint)
-                names = [name for name, _ in net.named_parameters()]
-                check_optimizer_state(ckpt.get("optimizer_state"), names, cfg.checkpoint)
-                check_rng_states(ckpt.get("rng"), world, cfg.checkpoint)
-                ckpt["notes"] = notes
-            payload = [("ok", ckpt)]
-        except CheckpointError as e:
-            payload = [("error", str(e))]
-    dist.broadcast_object_list(payload, src=0)  # every rank fails together, none hangs
-    status, value = payload[0]
-    if status == "error":
-        raise CheckpointError(value)
-    return value
 
 
 def _train_epoch(strategy, X, y, epoch: int, cfg: TrainConfig, rank: int, world: int):
@@ -255,26 +193,12 @@ def _evaluate(strategy, X, y, cfg: TrainConfig, rank: int, world: int) -> torch.
     return metric
 
 
-def _save_checkpoint(cfg: TrainConfig, strategy, epoch: int, rank: int, world: int, device):
-    """Gather states and every rank's RNG state; rank 0 writes atomically; all wait for it."""
-    rng = [None] * world
-    dist.all_gather_object(rng, get_rng_state(device))
-    model_state, optimizer_state = strategy.model_state(), strategy.optimizer_state()
-    if rank == 0:
-        ckpt = {"format": FORMAT, "settings": cfg.settings(), "world_size": world,
-                "epoch": epoch, "model_state": model_state, "optimizer_state": optimizer_state,
-                "rng": rng}  # fmt: skip
-        save_atomic(ckpt, cfg.checkpoint)
-        print(f"saved checkpoint (epoch {epoch}) to {cfg.checkpoint}", flush=True)
-    dist.barrier()  # a rank that dies after this point cannot lose this epoch
-
-
 def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) -> None:
     """Build, resume, train, evaluate, checkpoint and save; on every rank."""
     X, y, X_test, y_test = (t.to(device) for t in data)
     y, y_test = y.long(), y_test.long()  # once, not in every step
     net = build_model(cfg.model, cfg.seed, device, DTYPES[cfg.dtype])
-    ckpt, start = _resume(cfg, net, rank, world), 0
+    ckpt, start = resume(cfg, net, rank, world), 0
     if ckpt is not None:
         net.load_state_dict(ckpt["model_state"])
         set_rng_state(ckpt["rng"][rank], device)
@@ -313,7 +237,7 @@ def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) ->
             f"{time.perf_counter() - tic:.1f} s",
         )
         if cfg.checkpoint:
-            _save_checkpoint(cfg, strategy, epoch + 1, rank, world, device)
+            save_checkpoint(cfg, strategy, epoch + 1, rank, world, device)
     if cfg.save:
         state = strategy.model_state()
         if rank == 0:
@@ -337,13 +261,13 @@ def train(cfg: TrainConfig) -> None:
         raw[f"{split}_{kind}"][:n] for split in ("train", "test") for kind in ("images", "labels")
     )
     shard_world = world if STRATEGIES[cfg.strategy].splits_data else 1
-    _check_sizes(cfg.batch_size, shard_world, len(data[1]))  # before joining: all fail alike
+    check_sizes(cfg.batch_size, shard_world, len(data[1]))  # before joining: all fail alike
     device, backend = device_and_backend(local_rank, local_world, cfg.backend)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         # deterministic convolutions: a resumed job must repeat the uninterrupted one exactly
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    rank, world = join_group(backend, device)
+    rank, world = join_group(backend, device, cfg.timeout)
     try:
         _run(cfg, data, rank, world, device, backend)
     finally:
@@ -351,14 +275,29 @@ def train(cfg: TrainConfig) -> None:
 
 
 def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
-    """Command-line entry point; returns the exit status (2: a job that cannot run as asked)."""
+    """Command-line entry point; returns the exit status.
+
+    0: done; 1: lost contact with the other ranks (torchrun may restart); 2: a job that cannot
+    run as asked (bad flags, data or checkpoint), said in a sentence."""
     cfg = parse_args(argv, prog)
+    rank, name = os.environ.get("RANK", "0"), prog.split()[-1]
     try:
         train(cfg)
     except (TrainError, CheckpointError, DataError) as e:
-        rank = os.environ.get("RANK", "0")
-        print(f"{prog.split()[-1]}: error (rank {rank}): {e}", file=sys.stderr, flush=True)
+        print(f"{name}: error (rank {rank}): {e}", file=sys.stderr, flush=True)
         return 2
+    except RuntimeError as e:
+        if not lost_contact(e):
+            raise
+        first = str(e).strip().splitlines()[0][:300]
+        print(
+            f"{name}: error (rank {rank}): lost contact with the other ranks ({first}); a rank "
+            f"died or the network failed (--timeout {cfg.timeout:g} s). Under torchrun "
+            "--max-restarts the job restarts and resumes from its --checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     return 0
 
 
