@@ -1,31 +1,44 @@
-"""How the training script spreads one model over its processes (lesson 7; lessons 9 and 10).
+"""How the training script spreads one model over its processes (lesson 7, `--strategy`).
 
-A strategy wraps a freshly built (or resumed) model on every rank and offers the same four
-operations whatever it does inside: one training step on a batch, a prediction, and the full
-model and optimizer states (gathered, with the plain model's names, so that any strategy can
-resume any other's checkpoint).
+A strategy wraps a freshly built (or resumed) model on every rank and offers the same operations
+whatever it does inside: a training step on a batch, a prediction, and the full model and
+optimizer states, gathered on rank 0 under the plain model's names, so that a checkpoint of any
+strategy resumes under any other (the full state dict, one file, rather than the sharded files
+of torch.distributed.checkpoint: the script's models are small, and one file is what the atomic
+write, the resume checks and `--save` already handle).
 
 * ``ddp``: every rank holds the whole model; DistributedDataParallel averages the gradients.
+* ``fsdp``: parameters, gradients and optimizer state sharded over the ranks (FSDP2,
+  ``torch.distributed.fsdp.fully_shard``): a layer's parameters are gathered just for its use.
+* ``pipeline``: the model cut into one stage of consecutive layers per rank, micro-batches flowing
+  through (``torch.distributed.pipelining``, the GPipe schedule); see pipeline.py.
 """
 
 from __future__ import annotations
+
+import importlib
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from .models import LeNet, init_every_layer, resnet18
+from .models import LeNet, Residual, init_every_layer, resnet18
 
 __all__ = [
     "STRATEGIES",
     "DDPStrategy",
+    "FSDPStrategy",
+    "Strategy",
     "TrainError",
     "build_model",
     "check_sizes",
     "make_strategy",
     "shard_indices",
+    "strategy_class",
 ]
+
+STRATEGIES = ("ddp", "fsdp", "pipeline")
 
 
 class TrainError(ValueError):
@@ -68,49 +81,98 @@ def build_model(name: str, seed: int, device: torch.device, dtype=torch.float32)
     return net.to(device=device, dtype=dtype)
 
 
-def _plain_state(module: nn.Module) -> dict:
-    """A copy on the CPU of `module`'s state dict, with plain (unwrapped) names."""
-    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the PyTorch in use."""
+    return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore
 
 
-class DDPStrategy:
-    """Data parallelism: a whole replica per rank, gradients averaged during backward."""
+def needs_torch(major: int, minor: int, what: str) -> None:
+    """Raise TrainError naming `what` unless PyTorch is at least major.minor."""
+    if torch_version() < (major, minor):
+        raise TrainError(
+            f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}"
+        )
+
+
+class Strategy:
+    """Data parallelism with DistributedDataParallel; the base of the other strategies."""
 
     name = "ddp"
     splits_data = True  # each rank trains on its own slice of every global batch
+    sharded = False  # True where gathering the full state needs every rank
 
-    def __init__(self, net: nn.Module, lr: float, rank: int, world: int, device: torch.device):
+    @staticmethod
+    def check(cfg, world: int) -> None:
+        """Raise TrainError if this strategy cannot run job `cfg` on `world` ranks."""
+
+    def __init__(self, net: nn.Module, cfg, rank: int, world: int, device: torch.device):
         self.net, self.rank, self.world, self.device = net, rank, world, device
-        ids = [device.index] if device.type == "cuda" else None
-        self.model = DistributedDataParallel(net, device_ids=ids)
-        self.optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+        self.model = self.wrap(net, device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
 
-    def train_step(self, X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One SGD step on this rank's shard; returns (loss sum, correct) over the shard."""
+    def wrap(self, net: nn.Module, device: torch.device) -> nn.Module:
+        """The module whose forward trains: here DDP around `net`."""
+        return DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None
+        )
+
+    def train_step(
+        self, X: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One SGD step on this rank's shard; (loss sum, correct, count) of what it scored."""
         y_hat = self.model(X)
-        loss = F.cross_entropy(y_hat, y)  # mean over this rank's shard; DDP averages gradients
+        loss = F.cross_entropy(y_hat, y)  # mean over this rank's shard; gradients averaged
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradient buckets while backward is still running
         self.optimizer.step()
-        return loss.detach() * len(y), (y_hat.argmax(1) == y).sum()
+        return loss.detach() * len(y), (y_hat.argmax(1) == y).sum(), len(y)
 
-    def predict(self, X: torch.Tensor) -> torch.Tensor:
-        """Logits of X (no gradients; the replica is whole, so no communication)."""
+    def predict(self, X: torch.Tensor) -> torch.Tensor | None:
+        """Logits of X on this rank, no gradients (None where this rank has none)."""
         return self.net(X)
 
     def model_state(self) -> dict | None:
         """The full model state on rank 0 (plain names, on the CPU); None on the other ranks."""
-        return _plain_state(self.net) if self.rank == 0 else None
+        if self.rank != 0 and not self.sharded:
+            return None
+        state = {k: _full(v) for k, v in self.net.state_dict().items()}  # sharded: collective
+        return state if self.rank == 0 else None
 
     def optimizer_state(self) -> dict | None:
-        """The optimizer state with parameters named as in the model, on rank 0; else None."""
-        if self.rank != 0:
+        """The optimizer state, parameters named as in the model, on rank 0; else None."""
+        if self.rank != 0 and not self.sharded:
             return None
-        return _named_optimizer_state(self.optimizer, self.net)
+        state = _named_optimizer_state(self.optimizer, self.net)
+        return state if self.rank == 0 else None
 
     def load_optimizer_state(self, state: dict) -> None:
         """Restore a state returned by optimizer_state (of any strategy)."""
         _load_named_optimizer_state(self.optimizer, self.net, state)
+
+
+DDPStrategy = Strategy
+
+
+class FSDPStrategy(Strategy):
+    """Fully sharded data parallelism (FSDP2): each rank keeps 1/world of every parameter."""
+
+    name = "fsdp"
+    sharded = True
+
+    @staticmethod
+    def check(cfg, world: int) -> None:
+        needs_torch(2, 6, "--strategy fsdp (torch.distributed.fsdp.fully_shard)")
+
+    def wrap(self, net: nn.Module, device: torch.device) -> nn.Module:
+        """Shard each residual block (ResNet-18) and the whole model, in place."""
+        fully_shard = importlib.import_module("torch.distributed.fsdp").fully_shard
+        for module in net.modules():
+            if isinstance(module, Residual):
+                fully_shard(module)
+        return fully_shard(net)
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        return self.model(X)  # gathers each layer's parameters: every rank must call it
 
 
 def _named_optimizer_state(optimizer: torch.optim.Optimizer, net: nn.Module) -> dict:
@@ -155,9 +217,13 @@ def _like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     return full.to(param.device)
 
 
-STRATEGIES = {"ddp": DDPStrategy}
+def strategy_class(name: str) -> type[Strategy]:
+    """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline')."""
+    if name == "pipeline":
+        return importlib.import_module(".pipeline", __package__).PipelineStrategy
+    return {"ddp": Strategy, "fsdp": FSDPStrategy}[name]
 
 
-def make_strategy(name: str, net: nn.Module, lr: float, rank: int, world: int, device):
-    """The strategy `name` around `net` on this rank. Shown in lesson 7."""
-    return STRATEGIES[name](net, lr, rank, world, device)
+def make_strategy(name: str, net: nn.Module, cfg, rank: int, world: int, device) -> Strategy:
+    """Strategy `name` around `net` for job `cfg` on this rank. Shown in lesson 7."""
+    return strategy_class(name)(net, cfg, rank, world, device)

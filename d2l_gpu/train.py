@@ -36,6 +36,7 @@ from .strategies import (
     check_sizes,
     make_strategy,
     shard_indices,
+    strategy_class,
 )
 
 __all__ = ["TrainConfig", "TrainError", "main", "parse_args", "shard_indices", "train"]
@@ -65,6 +66,7 @@ class TrainConfig:
     data_dir: str | None = None
     backend: str = "auto"
     strategy: str = "ddp"
+    microbatches: int = 4  # micro-batches per global batch (--strategy pipeline)
     dtype: str = "float32"
     timeout: float = 600.0  # seconds a rank waits for the others before it gives up
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
@@ -72,10 +74,10 @@ class TrainConfig:
     # settings that define the job: a resumed job must have the checkpoint's
     MUST_MATCH = ("model", "batch_size", "lr", "limit", "seed", "data_dir", "dtype")
     # settings that may change on resume (said when they do): more epochs, another strategy
-    MAY_CHANGE = ("epochs", "strategy")
+    MAY_CHANGE = ("epochs", "strategy", "microbatches")
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size", "limit"):
+        for name in ("epochs", "batch_size", "limit", "microbatches"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")
@@ -131,7 +133,14 @@ def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
     p.add_argument("--save", metavar="PATH", help="write the final model state_dict here")
     p.add_argument("--data-dir", metavar="DIR", help="Fashion-MNIST folder (else D2L_GPU_DATA)")
     p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto", help="(auto)")
-    p.add_argument("--strategy", choices=list(STRATEGIES), default="ddp", help="(ddp)")
+    p.add_argument(
+        "--strategy",
+        choices=list(STRATEGIES),
+        default="ddp",
+        help="ddp: whole model per rank; fsdp: sharded; pipeline: layers cut (ddp)",
+    )
+    p.add_argument("--microbatches", type=int, default=4, metavar="M",
+                   help="micro-batches per global batch for --strategy pipeline (4)")  # fmt: skip
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="(float32)")
     p.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S",
                    help="seconds a rank waits for the others before it gives up (600)")  # fmt: skip
@@ -168,11 +177,11 @@ def _train_epoch(strategy, X, y, epoch: int, cfg: TrainConfig, rank: int, world:
     with bar:
         for idx in shards.to(X.device):
             Xb, yb = _batch(X, y, idx, DTYPES[cfg.dtype])
-            loss_sum, correct = strategy.train_step(Xb, yb)
+            loss_sum, correct, count = strategy.train_step(Xb, yb)
             with torch.no_grad():
                 metric[0] += loss_sum  # kept on the device: no host sync inside the loop
                 metric[1] += correct
-                metric[2] += len(yb)
+                metric[2] += count
             bar.update()
     return metric
 
@@ -206,15 +215,18 @@ def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) ->
         _log(rank, f"resumed from {cfg.checkpoint}: {start} of {cfg.epochs} epochs done")
         for note in ckpt["notes"]:
             _log(rank, f"continuing with {note}")
-    strategy = make_strategy(cfg.strategy, net, cfg.lr, rank, world, device)
+    strategy = make_strategy(cfg.strategy, net, cfg, rank, world, device)
     if ckpt is not None:
         strategy.load_optimizer_state(ckpt["optimizer_state"])
     del ckpt
-    per_rank = cfg.batch_size // world if strategy.splits_data else cfg.batch_size
+    if strategy.splits_data:
+        split = f"{world} x {cfg.batch_size // world}"
+    else:
+        split = f"{cfg.microbatches} micro-batches of {cfg.batch_size // cfg.microbatches}"
     _log(
         rank,
         f"{cfg.model}: world size {world} ({backend}, {device.type}, {cfg.strategy}), "
-        f"{len(y)} training examples, global batch {cfg.batch_size} = {world} x {per_rank}, "
+        f"{len(y)} training examples, global batch {cfg.batch_size} = {split}, "
         f"{len(y) // cfg.batch_size} steps/epoch",
     )
     for epoch in range(start, cfg.epochs):
@@ -260,8 +272,9 @@ def train(cfg: TrainConfig) -> None:
     data = tuple(
         raw[f"{split}_{kind}"][:n] for split in ("train", "test") for kind in ("images", "labels")
     )
-    shard_world = world if STRATEGIES[cfg.strategy].splits_data else 1
-    check_sizes(cfg.batch_size, shard_world, len(data[1]))  # before joining: all fail alike
+    kind = strategy_class(cfg.strategy)
+    kind.check(cfg, world)  # before joining the group: every rank fails alike, none waits
+    check_sizes(cfg.batch_size, world if kind.splits_data else 1, len(data[1]))
     device, backend = device_and_backend(local_rank, local_world, cfg.backend)
     if device.type == "cuda":
         torch.cuda.set_device(device)
