@@ -17,11 +17,13 @@ write, the resume checks and `--save` already handle).
 from __future__ import annotations
 
 import importlib
+import sys
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
 
 from .models import LeNet, Residual, init_every_layer, resnet18
 
@@ -33,12 +35,15 @@ __all__ = [
     "TrainError",
     "build_model",
     "check_sizes",
+    "evaluate",
     "make_strategy",
     "shard_indices",
     "strategy_class",
+    "train_epoch",
 ]
 
 STRATEGIES = ("ddp", "fsdp", "pipeline")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class TrainError(ValueError):
@@ -149,6 +154,9 @@ class Strategy:
         """Restore a state returned by optimizer_state (of any strategy)."""
         _load_named_optimizer_state(self.optimizer, self.net, state)
 
+    def close(self) -> None:
+        """Drop what would keep the process group alive after the job (see leave_group)."""
+
 
 DDPStrategy = Strategy
 
@@ -166,10 +174,19 @@ class FSDPStrategy(Strategy):
     def wrap(self, net: nn.Module, device: torch.device) -> nn.Module:
         """Shard each residual block (ResNet-18) and the whole model, in place."""
         fully_shard = importlib.import_module("torch.distributed.fsdp").fully_shard
+        mesh_module = importlib.import_module("torch.distributed.device_mesh")
+        self.mesh = mesh_module.init_device_mesh(device.type, (self.world,))
         for module in net.modules():
             if isinstance(module, Residual):
-                fully_shard(module)
-        return fully_shard(net)
+                fully_shard(module, mesh=self.mesh)
+        return fully_shard(net, mesh=self.mesh)
+
+    def close(self) -> None:
+        """Let the mesh forget the group: DTensor's caches keep the mesh after the job (seen in
+        PyTorch 2.13), and through it the group and gloo's threads, into interpreter shutdown."""
+        registry = getattr(self.mesh, "_pg_registry", None)
+        if isinstance(registry, dict):
+            registry.clear()
 
     def predict(self, X: torch.Tensor) -> torch.Tensor:
         return self.model(X)  # gathers each layer's parameters: every rank must call it
@@ -227,3 +244,52 @@ def strategy_class(name: str) -> type[Strategy]:
 def make_strategy(name: str, net: nn.Module, cfg, rank: int, world: int, device) -> Strategy:
     """Strategy `name` around `net` for job `cfg` on this rank. Shown in lesson 7."""
     return strategy_class(name)(net, cfg, rank, world, device)
+
+
+class _Bar(tqdm):
+    """tqdm without its monitor thread: no thread of ours outlives the job."""
+
+    monitor_interval = 0
+
+
+def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype):
+    """Images idx of X as (B,1,28,28) floats in [0,1], with their labels."""
+    return X[idx].unsqueeze(1).to(dtype).div_(255), y[idx]
+
+
+def train_epoch(strategy: Strategy, X, y, epoch: int, cfg, rank: int, world: int) -> torch.Tensor:
+    """One epoch of SGD steps of job `cfg`; [loss sum, correct, count] on this rank (not yet
+    summed over ranks). Shown in lesson 7."""
+    metric = torch.zeros(3, dtype=torch.float64, device=X.device)
+    shard_rank, shard_world = (rank, world) if strategy.splits_data else (0, 1)
+    shards = shard_indices(len(y), cfg.batch_size, epoch, cfg.seed, shard_rank, shard_world)
+    quiet = rank != 0 or (None if cfg.progress is None else not cfg.progress)
+    bar = _Bar(total=len(shards), desc=f"epoch {epoch + 1}", unit="step", leave=False,
+               disable=quiet, file=sys.stderr)  # fmt: skip
+    with bar:
+        for idx in shards.to(X.device):
+            Xb, yb = _batch(X, y, idx, DTYPES[cfg.dtype])
+            loss_sum, correct, count = strategy.train_step(Xb, yb)
+            with torch.no_grad():
+                metric[0] += loss_sum  # kept on the device: no host sync inside the loop
+                metric[1] += correct
+                metric[2] += count
+            bar.update()
+    return metric
+
+
+def evaluate(strategy: Strategy, X, y, cfg, rank: int, world: int) -> torch.Tensor:
+    """[correct, count] of this rank's part of the test set (not yet summed over ranks); every
+    rank calls it. Shown in lesson 7."""
+    metric = torch.zeros(2, dtype=torch.float64, device=X.device)
+    with torch.no_grad():
+        strategy.net.eval()
+        for chunk in torch.arange(len(y), device=X.device).split(cfg.batch_size):
+            mine = chunk[rank::world] if strategy.splits_data else chunk
+            Xb, yb = _batch(X, y, mine, DTYPES[cfg.dtype])
+            y_hat = strategy.predict(Xb)  # collective for some strategies: every rank calls it
+            if y_hat is not None:
+                metric[0] += (y_hat.argmax(1) == yb).sum()
+                metric[1] += len(yb)
+        strategy.net.train()
+    return metric

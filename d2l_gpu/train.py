@@ -1,15 +1,18 @@
 """Train LeNet or ResNet-18 on Fashion-MNIST on one process or many (lesson 7).
 
-    torchrun --nproc-per-node 2 -m d2l_gpu.train --model lenet --epochs 10 --batch-size 256
     python -m d2l_gpu.train --model lenet --epochs 10    # one process, no launcher needed
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nproc-per-node 2 --rdzv-backend c10d \
+        --rdzv-conf store_type=file --local-addr 127.0.0.1 -m d2l_gpu.train --strategy fsdp
 
-Backend: NCCL when every local rank has a CUDA device of its own, gloo otherwise (CPU, or several
-ranks sharing a GPU); the device is cuda:LOCAL_RANK. Every epoch one seeded permutation (the same
-on every rank) is cut into global batches of --batch-size examples; with a data-parallel
-strategy rank r trains on the r-th slice of each, so any world size sees the same global batches
-(the incomplete last one is dropped). With --checkpoint, rank 0 atomically writes the model,
-optimiser, epoch, settings and every rank's RNG state after each epoch, and a job that finds the
-file resumes from it, after checking that it belongs to the same job.
+(The second form keeps a one-machine job off the network; `distributed.local_torchrun` builds
+it.) Backend: NCCL when every local rank has a CUDA device of its own, gloo otherwise; the
+device is cuda:LOCAL_RANK. Every epoch one seeded permutation (the same on every rank) is cut
+into global batches of --batch-size examples; a data-parallel strategy gives rank r the r-th
+slice of each, so any world size sees the same global batches (the last, incomplete one is
+dropped). With --checkpoint, rank 0 atomically writes the full model and optimizer states,
+epoch, settings and every rank's RNG state after each epoch; a job that finds the file resumes
+from it after checking that it belongs to the same job. Exit status: 0 done; 1 lost contact
+with the other ranks; 2 a job that cannot run as asked, said in one sentence.
 """
 
 from __future__ import annotations
@@ -24,31 +27,26 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from .checkpoint import CheckpointError, resume, save_atomic, save_checkpoint, set_rng_state
 from .data import DataError, fashion_mnist_dir, read_fashion_mnist
 from .distributed import device_and_backend, join_group, leave_group, lost_contact
 from .strategies import (
+    DTYPES,
     STRATEGIES,
     TrainError,
     build_model,
     check_sizes,
+    evaluate,
     make_strategy,
     shard_indices,
     strategy_class,
+    train_epoch,
 )
 
 __all__ = ["TrainConfig", "TrainError", "main", "parse_args", "shard_indices", "train"]
 
 MODELS = ("lenet", "resnet18")
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-class _Bar(tqdm):
-    """tqdm without its monitor thread: no thread of ours outlives the job."""
-
-    monitor_interval = 0
 
 
 @dataclass(frozen=True)
@@ -156,50 +154,30 @@ def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
         p.error(str(e))
 
 
-def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype):
-    """Images idx of X as (B,1,28,28) floats in [0,1], with their labels."""
-    return X[idx].unsqueeze(1).to(dtype).div_(255), y[idx]
-
-
 def _log(rank: int, *args) -> None:
     if rank == 0:
         print(*args, flush=True)
 
 
-def _train_epoch(strategy, X, y, epoch: int, cfg: TrainConfig, rank: int, world: int):
-    """One epoch of SGD steps; returns [loss sum, correct, count] on this rank (not reduced)."""
-    metric = torch.zeros(3, dtype=torch.float64, device=X.device)
-    shard_rank, shard_world = (rank, world) if strategy.splits_data else (0, 1)
-    shards = shard_indices(len(y), cfg.batch_size, epoch, cfg.seed, shard_rank, shard_world)
-    quiet = rank != 0 or (None if cfg.progress is None else not cfg.progress)
-    bar = _Bar(total=len(shards), desc=f"epoch {epoch + 1}", unit="step", leave=False,
-               disable=quiet, file=sys.stderr)  # fmt: skip
-    with bar:
-        for idx in shards.to(X.device):
-            Xb, yb = _batch(X, y, idx, DTYPES[cfg.dtype])
-            loss_sum, correct, count = strategy.train_step(Xb, yb)
-            with torch.no_grad():
-                metric[0] += loss_sum  # kept on the device: no host sync inside the loop
-                metric[1] += correct
-                metric[2] += count
-            bar.update()
-    return metric
-
-
-def _evaluate(strategy, X, y, cfg: TrainConfig, rank: int, world: int) -> torch.Tensor:
-    """[correct, count] of this rank's part of the test set (not reduced); every rank calls it."""
-    metric = torch.zeros(2, dtype=torch.float64, device=X.device)
-    with torch.no_grad():
-        strategy.net.eval()
-        for chunk in torch.arange(len(y), device=X.device).split(cfg.batch_size):
-            mine = chunk[rank::world] if strategy.splits_data else chunk
-            Xb, yb = _batch(X, y, mine, DTYPES[cfg.dtype])
-            y_hat = strategy.predict(Xb)  # collective for some strategies: every rank calls it
-            if y_hat is not None:
-                metric[0] += (y_hat.argmax(1) == yb).sum()
-                metric[1] += len(yb)
-        strategy.net.train()
-    return metric
+def _epoch(cfg: TrainConfig, strategy, data, epoch: int, rank: int, world: int) -> None:
+    """Train and evaluate one epoch, sum the figures over ranks, stop if the loss diverged."""
+    X, y, X_test, y_test = data
+    tic = time.perf_counter()
+    metric = train_epoch(strategy, X, y, epoch, cfg, rank, world)
+    metric = torch.cat([metric, evaluate(strategy, X_test, y_test, cfg, rank, world)])
+    dist.all_reduce(metric)  # sums over ranks: loss, correct, count, test correct, test count
+    loss_sum, correct, n, test_correct, n_test = metric.tolist()
+    if not math.isfinite(loss_sum):
+        kept = f"; {cfg.checkpoint} keeps epoch {epoch}" if cfg.checkpoint and epoch else ""
+        raise TrainError(
+            f"the training loss became {loss_sum / n} in epoch {epoch + 1}: training diverged, "
+            f"try a smaller --lr than {cfg.lr}. Nothing of this epoch was saved{kept}"
+        )
+    _log(
+        rank,
+        f"epoch {epoch + 1}/{cfg.epochs}: loss {loss_sum / n:.3f}, train acc {correct / n:.3f}, "
+        f"test acc {test_correct / max(n_test, 1):.3f}, {time.perf_counter() - tic:.1f} s",
+    )
 
 
 def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) -> None:
@@ -229,32 +207,18 @@ def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) ->
         f"{len(y)} training examples, global batch {cfg.batch_size} = {split}, "
         f"{len(y) // cfg.batch_size} steps/epoch",
     )
-    for epoch in range(start, cfg.epochs):
-        tic = time.perf_counter()
-        metric = _train_epoch(strategy, X, y, epoch, cfg, rank, world)
-        metric = torch.cat([metric, _evaluate(strategy, X_test, y_test, cfg, rank, world)])
-        dist.all_reduce(metric)  # sums over ranks: loss, correct, count, test correct, test count
-        loss_sum, correct, n, test_correct, n_test = metric.tolist()
-        if not math.isfinite(loss_sum):
-            kept = f"; {cfg.checkpoint} keeps epoch {epoch}" if cfg.checkpoint and epoch else ""
-            raise TrainError(
-                f"the training loss became {loss_sum / n} in epoch {epoch + 1}: training "
-                f"diverged, try a smaller --lr than {cfg.lr}. Nothing of this epoch was "
-                f"saved{kept}"
-            )
-        _log(
-            rank,
-            f"epoch {epoch + 1}/{cfg.epochs}: loss {loss_sum / n:.3f}, train acc "
-            f"{correct / n:.3f}, test acc {test_correct / max(n_test, 1):.3f}, "
-            f"{time.perf_counter() - tic:.1f} s",
-        )
-        if cfg.checkpoint:
-            save_checkpoint(cfg, strategy, epoch + 1, rank, world, device)
-    if cfg.save:
-        state = strategy.model_state()
-        if rank == 0:
-            save_atomic(state, cfg.save)
-            _log(rank, f"saved the final model state_dict to {cfg.save}")
+    try:
+        for epoch in range(start, cfg.epochs):
+            _epoch(cfg, strategy, (X, y, X_test, y_test), epoch, rank, world)
+            if cfg.checkpoint:
+                save_checkpoint(cfg, strategy, epoch + 1, rank, world, device)
+        if cfg.save:
+            state = strategy.model_state()  # every rank: some strategies gather it
+            if rank == 0:
+                save_atomic(state, cfg.save)
+                _log(rank, f"saved the final model state_dict to {cfg.save}")
+    finally:
+        strategy.close()
     dist.barrier()  # nobody leaves while another rank may still need it
 
 

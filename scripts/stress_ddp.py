@@ -62,7 +62,7 @@ def one_job(i: int, args, data: Path, base: Path) -> dict:
     else:
         cmd, env = local_torchrun(2, *restarts, folder=work)
     cmd += ["-m", args.module, "--epochs", "2", "--batch-size", "32", "--lr", "0.1"]
-    cmd += ["--checkpoint", "ckpt.pt", "--save", "final.pt"]
+    cmd += ["--checkpoint", "ckpt.pt", "--save", "final.pt", "--strategy", args.strategy]
     env = {**os.environ, **env, "D2L_GPU_DATA": str(data), "OMP_NUM_THREADS": "1"}
     env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     tic = time.monotonic()
@@ -116,6 +116,8 @@ def main(argv=None) -> int:
     p.add_argument("--launcher", choices=["private", "tcp"], default="private",
                    help="rendezvous: a private file (default) or c10d on a TCP port")  # fmt: skip
     p.add_argument("--restart", action="store_true", help="kill rank 1 after epoch 1, resume")
+    p.add_argument("--strategy", choices=["ddp", "fsdp", "pipeline"], default="ddp",
+                   help="the script's --strategy (ddp)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=180, help="seconds per job (180)")
     p.add_argument("--cores", metavar="DIR", help="allow core dumps; keep failed jobs in DIR")
     args = p.parse_args(argv)
@@ -136,7 +138,8 @@ def main(argv=None) -> int:
     median = sorted(r["seconds"] for r in results)[len(results) // 2]
     kind = "restarted " if args.restart else ""
     print(
-        f"{len(failed)} of {len(results)} {kind}two-rank jobs ({args.module}) exited non-zero "
+        f"{len(failed)} of {len(results)} {kind}two-rank jobs ({args.module}, {args.strategy}) "
+        "exited non-zero "
         f"({args.parallel} at a time, median {median:.1f} s per job, {elapsed:.0f} s in all)"
     )
     return 1 if failed else 0

@@ -144,7 +144,8 @@ print("status", status, "before", before, "after", native_threads())
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads threads from Linux /proc")
-def test_group_threads_are_joined_before_the_interpreter_exits(env, tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "pipeline"])
+def test_group_threads_are_joined_before_the_interpreter_exits(env, tmp_path, strategy):
     """The root of the rare SIGABRT at exit: gloo threads still alive at interpreter shutdown.
 
     A gloo thread that releases a finished collective's tensors during shutdown needs the GIL,
@@ -152,6 +153,7 @@ def test_group_threads_are_joined_before_the_interpreter_exits(env, tmp_path):
     exception"). Leaving the group must join those threads while Python is still whole.
     """
     args = [*ARGS, "--epochs", "1", "--limit", "64", "--checkpoint", "ckpt.pt"]
+    args += ["--strategy", strategy]
     _, out = run([sys.executable, "-c", CHECK_THREADS, *args], env, tmp_path)
     before, after = re.search(r"before (\[.*\]) after (\[.*\])", out).groups()
     assert "status 0" in out and before == after, out
