@@ -11,7 +11,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 export D2L_GPU_LIVE_PLOTS ?= 0
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: setup setup-dev lessons test test-unit test-unit-1thread test-notebooks lab check format slides test-browser stress gpu-report kernel lock clean
+.PHONY: setup setup-dev lessons test test-unit test-unit-1thread test-notebooks lab check format slides test-browser stress gpu-report spread kernel lock clean
 
 setup: $(STAMP)
 
@@ -28,7 +28,7 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	@touch $@
 
 lessons: setup  ## execute every lesson headless into build/, then print a summary
-	$(PY) scripts/run_lessons.py
+	$(PY) scripts/run_lessons.py --markdown
 
 test: setup-dev test-unit test-notebooks  ## unit tests, then nbval over every lesson and solution
 
@@ -53,6 +53,9 @@ stress: setup-dev  ## 40 two-rank torchrun jobs; prints how many exited non-zero
 
 gpu-report: setup-dev  ## on a machine with an accelerator: the acceptance run, build/gpu-report.md
 	$(PY) scripts/gpu_report.py
+
+spread: setup-dev  ## how much the "it learns" test figures vary here (seeds x options x threads)
+	$(PY) benchmarks/learning_spread.py
 
 check: setup-dev  ## lint and format check of .py and .ipynb, notebooks in normal form
 	$(VENV)/bin/ruff check .
