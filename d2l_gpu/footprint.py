@@ -1,0 +1,117 @@
+"""What a rank holds and sends: its device, the bytes its allocator hands out (measured), the
+collectives it calls, and its step time.
+
+Shown in lessons 9 and 10. On a GPU the bytes come from CUDA's allocator statistics; on a CPU
+from `torch.profiler`'s memory events (the CPU allocator keeps no statistics of its own).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .devices import synchronize
+
+MiB = 2**20
+
+
+def rank_device() -> torch.device:
+    """This rank's device: cuda:(rank mod GPUs) when the group uses NCCL, otherwise the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+class MemoryMeter:
+    """Bytes allocated inside a `with` block: `peak` (highest point) and `held` (still alive)."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.peak = self.held = 0
+
+    def __enter__(self) -> MemoryMeter:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
+            self.held = torch.cuda.memory_allocated(self.device) - self._base
+            return
+        self._prof.__exit__(*exc)
+        if exc[0] is not None:
+            return
+        # every allocation and free is one "[memory]" record of the profiler, in time order
+        records = self._prof.profiler.kineto_results.events()
+        records = sorted((e.start_ns(), e.nbytes()) for e in records if e.name() == "[memory]")
+        total = peak = 0
+        for _, nbytes in records:
+            total += nbytes
+            peak = max(peak, total)
+        self.peak, self.held = peak, total
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Counts the collectives called inside a `with` block and the size of what each assembles."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._opname.strip("_").replace("_base", "").replace("_into_tensor", "")
+        name = name.replace("_tensor", "").replace("allgather", "all_gather")
+        if func.namespace in COLLECTIVE_NAMESPACES and not name.startswith(SKIP):
+            name = name.replace("allreduce", "all_reduce")
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.bytes[name] = self.bytes.get(name, 0) + _full_bytes(func, args)
+        return func(*args, **(kwargs or {}))
+
+
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
+SKIP = ("wait", "barrier", "wrap")  # bookkeeping ops that move no data
+
+
+def _nbytes(x) -> int:
+    """Bytes of a tensor, or of all tensors in a (nested) list."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(item) for item in x)
+    return 0
+
+
+def _full_bytes(func, args) -> int:
+    """The size of the whole tensor a collective reduces or assembles (not of one rank's part)."""
+    if func.namespace == "_c10d_functional":  # (input, ...): a gather assembles group_size parts
+        factor = args[1] if "gather" in func._opname and isinstance(args[1], int) else 1
+        return _nbytes(args[0]) * factor
+    return _nbytes(args[1] if "reduce_scatter" in func._opname else args[0])
+
+
+def step_seconds(step, device: torch.device, repeat: int = 3, warmup: int = 1) -> float:
+    """Median wall time of `step()` on this rank, the device synchronised, ranks aligned first."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeat):
+        if dist.is_initialized():
+            dist.barrier()
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]

@@ -1,0 +1,172 @@
+"""Pipelines in real processes, one stage per rank: the schedules of `model_parallel` run with
+send/recv (from scratch), and the same with `torch.distributed.pipelining`.
+
+Shown in lesson 9. Start the workers with `run_workers(worker, k, ...)`; every rank builds the
+same seeded model, keeps its own stage, and returns that stage's parameters after training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+from .footprint import MemoryMeter, rank_device
+from .model_parallel import SCHEDULES, stage_backward, stage_forward
+from .splitting import mlp, split_stages, toy_data
+
+
+def _my_stage(rank: int, world: int, widths, dtype, seed, device):
+    """This rank's stage of the seeded MLP, and the shape of every stage's output per example."""
+    stages = split_stages(mlp(widths, seed, dtype), world)
+    h, shapes = torch.zeros(1, widths[0], dtype=dtype), []
+    with torch.no_grad():
+        for stage in stages:
+            h = stage(h)
+            shapes.append(tuple(h.shape[1:]))
+    return stages[rank].to(device), shapes
+
+
+def _pipelined_step(stage, schedule, Xs, ys, shapes, rank, world, device, dtype) -> tuple:
+    """Run this rank's actions with send/recv; return the timed events and the summed loss."""
+    saved, sends, events, loss_sum = {}, [], [], 0.0
+    batch = sum(len(x) for x in Xs)
+    for kind, i in schedule:
+        if kind == "F":
+            if rank == 0:
+                h = Xs[i].to(device)
+            else:  # wait for the previous stage's activation
+                h = torch.empty(len(Xs[i]), *shapes[rank - 1], dtype=dtype, device=device)
+                dist.recv(h, src=rank - 1)
+            start = time.perf_counter()
+            received, out = stage_forward(stage, h, device, first=rank == 0)
+            if rank == world - 1:
+                out = F.cross_entropy(out, ys[i].to(device), reduction="sum") / batch
+                loss_sum += out.item()
+            else:
+                sends.append(dist.isend(out.detach(), dst=rank + 1))
+            saved[i] = (received, out)
+        else:
+            grad = None
+            if rank < world - 1:  # wait for the next stage's gradient
+                grad = torch.empty(len(Xs[i]), *shapes[rank], dtype=dtype, device=device)
+                dist.recv(grad, src=rank + 1)
+            start = time.perf_counter()
+            grad_in = stage_backward(*saved.pop(i), grad)
+            if rank > 0:
+                sends.append(dist.isend(grad_in, dst=rank - 1))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        events.append((rank, kind, i, start, time.perf_counter()))
+    for handle in sends:
+        handle.wait()
+    return events, loss_sum
+
+
+def pipeline_worker(
+    rank: int,
+    world: int,
+    widths: list[int],
+    runs: list[tuple[str, int]],
+    steps: int = 3,
+    batch_size: int = 64,
+    lr: float = 0.1,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> list[dict]:
+    """For each (schedule, micro-batches) in `runs`: train `steps` SGD steps, pipelined by hand.
+
+    Returns per run: this stage's parameters, the losses (last rank), the events of the last
+    step, the median step time and the bytes this rank allocated (peak and held).
+    """
+    device = rank_device()
+    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    results = []
+    for name, m in runs:
+        schedule = SCHEDULES[name](world, m)[rank]
+        Xs, ys = X.tensor_split(m), y.tensor_split(m)
+        losses, times = [], []
+        meter, first = MemoryMeter(device), MemoryMeter(device)
+        with meter:  # building the stage: every byte of its parameters
+            stage, shapes = _my_stage(rank, world, widths, dtype, seed, device)
+        for step in range(steps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            with first if step == 0 else contextlib.nullcontext():  # profiling is slow
+                events, loss = _pipelined_step(
+                    stage, schedule, Xs, ys, shapes, rank, world, device, dtype
+                )
+            with torch.no_grad():
+                for p in stage.parameters():
+                    p -= lr * p.grad
+                    p.grad.zero_()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss)
+        results.append(
+            {
+                "params": [p.detach().cpu().clone() for p in stage.parameters()],
+                "losses": losses if rank == world - 1 else [],
+                "events": events,
+                "seconds": statistics.median(times[1:] or times),
+                "peak": meter.held + first.peak,
+                "held": meter.held + first.held,
+            }
+        )
+        del stage  # freed before the next run's meters start
+    return results
+
+
+def torch_pipeline_worker(
+    rank: int,
+    world: int,
+    widths: list[int],
+    schedule: str = "1f1b",
+    num_microbatches: int = 4,
+    steps: int = 3,
+    batch_size: int = 64,
+    lr: float = 0.1,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> dict:
+    """The same training with torch.distributed.pipelining's PipelineStage and schedules."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    device = rank_device()
+    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    with MemoryMeter(device) as meter:
+        stage_module = split_stages(mlp(widths, seed, dtype), world)[rank].to(device)
+    stage = PipelineStage(stage_module, rank, world, device)
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+    # each micro-batch's mean loss; the stage divides the gradients by num_microbatches
+    sched = kind(stage, n_microbatches=num_microbatches, loss_fn=F.cross_entropy)
+    losses, times, first = [], [], MemoryMeter(device)
+    for step in range(steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        with first if step == 0 else contextlib.nullcontext():  # profiling is slow
+            if rank == 0:
+                sched.step(X.to(device))
+            elif rank == world - 1:
+                mb_losses: list = []
+                sched.step(target=y.to(device), losses=mb_losses)
+                losses.append(sum(x.item() for x in mb_losses) / num_microbatches)
+            else:
+                sched.step()
+        with torch.no_grad():
+            for p in stage_module.parameters():
+                p -= lr * p.grad
+                p.grad.zero_()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return {
+        "params": [p.detach().cpu().clone() for p in stage_module.parameters()],
+        "losses": losses,
+        "seconds": statistics.median(times[1:] or times),
+        "peak": meter.held + first.peak,
+        "held": meter.held + first.held,
+    }
