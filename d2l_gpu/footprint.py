@@ -7,6 +7,9 @@ from `torch.profiler`'s memory events (the CPU allocator keeps no statistics of 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 
 import torch
@@ -40,7 +43,8 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._prof.__enter__()
+            with _quiet_stderr():  # the profiler logs every start and stop to stderr
+                self._prof.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -49,7 +53,8 @@ class MemoryMeter:
             self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
             self.held = torch.cuda.memory_allocated(self.device) - self._base
             return
-        self._prof.__exit__(*exc)
+        with _quiet_stderr():
+            self._prof.__exit__(*exc)
         if exc[0] is not None:
             return
         # every allocation and free is one "[memory]" record of the profiler, in time order
@@ -60,6 +65,20 @@ class MemoryMeter:
             total += nbytes
             peak = max(peak, total)
         self.peak, self.held = peak, total
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send what C++ code writes to file descriptor 2 to the null device for a moment."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 class CollectiveCounter(TorchDispatchMode):
