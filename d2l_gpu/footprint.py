@@ -1,19 +1,24 @@
-"""What a rank holds and sends: its device, the bytes its allocator hands out (measured), the
+"""What a rank holds and sends: its device, the bytes it keeps and allocates (measured), the
 collectives it calls, and its step time.
 
-Shown in lessons 9 and 10. On a GPU the bytes come from CUDA's allocator statistics; on a CPU
-from `torch.profiler`'s memory events (the CPU allocator keeps no statistics of its own).
+Shown in lessons 9 and 10. Held bytes are read from the tensors a rank keeps. Peak bytes come
+from CUDA's allocator statistics on a GPU, and on a CPU (whose allocator keeps no statistics)
+from `torch.profiler`'s record of every allocation and free. That record misses frees made by
+other threads (gloo's), so it can only overstate a peak; `train_measured` takes the smallest of
+two steps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import sys
 import time
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -118,6 +123,74 @@ def _full_bytes(func, args) -> int:
         factor = args[1] if "gather" in func._opname and isinstance(args[1], int) else 1
         return _nbytes(args[0]) * factor
     return _nbytes(args[1] if "reduce_scatter" in func._opname else args[0])
+
+
+def tensor_bytes(*things) -> int:
+    """Bytes of the distinct storages behind the tensors in modules, optimizers, lists, objects."""
+    seen: dict[int, int] = {}
+
+    def visit(x, depth=0):
+        if isinstance(x, torch.Tensor):
+            local = x.to_local() if hasattr(x, "to_local") else x  # a DTensor: this rank's part
+            storage = local.untyped_storage()
+            seen[storage._cdata] = storage.nbytes()
+            if x.grad is not None:
+                visit(x.grad, depth)
+        elif isinstance(x, nn.Module):
+            for t in [*x.parameters(), *x.buffers()]:
+                visit(t, depth)
+        elif isinstance(x, torch.optim.Optimizer):
+            visit(list(x.state.values()), depth)
+        elif isinstance(x, dict):
+            visit(list(x.values()), depth)
+        elif isinstance(x, (list, tuple)):
+            for item in x:
+                visit(item, depth)
+        elif hasattr(x, "__dict__") and depth < 1:  # e.g. a layer object holding its tensors
+            visit(list(vars(x).values()), depth + 1)
+
+    visit(list(things))
+    return sum(seen.values())
+
+
+def allocated_bytes(device: torch.device) -> int | None:
+    """Bytes CUDA's allocator has handed out on `device` now; None elsewhere (no statistics)."""
+    if torch.device(device).type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def train_measured(step, steps: int, device: torch.device, keep, baseline=None) -> dict:
+    """Call step() `steps` times: warm up, measure bytes (steps 2-3), then time the rest.
+
+    Returns what each call returned; the bytes held after the first step (on a GPU: allocated
+    since `baseline`, from `allocated_bytes`; otherwise the storages of the tensors in `keep`);
+    the peak (held plus the smallest highest extra allocation of steps 2 and 3); the median time.
+    """
+    outputs = [step()]  # the first step creates gradients and optimizer state
+    now = allocated_bytes(device)
+    held = now - baseline if now is not None and baseline is not None else tensor_bytes(keep)
+    extra, times = [], []
+    for i in range(1, steps):
+        if i <= 2:
+            with MemoryMeter(device) as meter:
+                outputs.append(step())
+            extra.append(meter.peak)
+            continue
+        if dist.is_initialized():
+            dist.barrier()
+        synchronize(device)
+        start = time.perf_counter()
+        outputs.append(step())
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return {
+        "outputs": outputs,
+        "held": held,
+        "peak": held + (min(extra) if extra else 0),
+        "seconds": statistics.median(times) if times else float("nan"),
+    }
 
 
 def step_seconds(step, device: torch.device, repeat: int = 3, warmup: int = 1) -> float:

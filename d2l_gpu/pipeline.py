@@ -7,15 +7,13 @@ same seeded model, keeps its own stage, and returns that stage's parameters afte
 
 from __future__ import annotations
 
-import contextlib
-import statistics
 import time
 
 import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .footprint import MemoryMeter, rank_device
+from .footprint import allocated_bytes, rank_device, train_measured
 from .model_parallel import SCHEDULES, stage_backward, stage_forward
 from .splitting import mlp, split_stages, toy_data
 
@@ -72,7 +70,7 @@ def pipeline_worker(
     world: int,
     widths: list[int],
     runs: list[tuple[str, int]],
-    steps: int = 3,
+    steps: int = 4,
     batch_size: int = 64,
     lr: float = 0.1,
     dtype: torch.dtype = torch.float64,
@@ -81,43 +79,39 @@ def pipeline_worker(
     """For each (schedule, micro-batches) in `runs`: train `steps` SGD steps, pipelined by hand.
 
     Returns per run: this stage's parameters, the losses (last rank), the events of the last
-    step, the median step time and the bytes this rank allocated (peak and held).
+    step, the bytes this rank held and its peak, and the median step time (`train_measured`).
     """
     device = rank_device()
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
-    results = []
-    for name, m in runs:
-        schedule = SCHEDULES[name](world, m)[rank]
-        Xs, ys = X.tensor_split(m), y.tensor_split(m)
-        losses, times = [], []
-        meter, first = MemoryMeter(device), MemoryMeter(device)
-        with meter:  # building the stage: every byte of its parameters
-            stage, shapes = _my_stage(rank, world, widths, dtype, seed, device)
-        for step in range(steps):
-            dist.barrier()
-            t0 = time.perf_counter()
-            with first if step == 0 else contextlib.nullcontext():  # profiling is slow
-                events, loss = _pipelined_step(
-                    stage, schedule, Xs, ys, shapes, rank, world, device, dtype
-                )
-            with torch.no_grad():
-                for p in stage.parameters():
-                    p -= lr * p.grad
-                    p.grad.zero_()
-            times.append(time.perf_counter() - t0)
-            losses.append(loss)
-        results.append(
-            {
-                "params": [p.detach().cpu().clone() for p in stage.parameters()],
-                "losses": losses if rank == world - 1 else [],
-                "events": events,
-                "seconds": statistics.median(times[1:] or times),
-                "peak": meter.held + first.peak,
-                "held": meter.held + first.held,
-            }
-        )
-        del stage  # freed before the next run's meters start
-    return results
+    job = (rank, world, widths, dtype, seed, device)
+    return [_one_run(job, name, m, X, y, steps, lr) for name, m in runs]
+
+
+def _one_run(job, name, m, X, y, steps, lr) -> dict:
+    """Build this rank's stage afresh and train it with one schedule; see pipeline_worker."""
+    rank, world, widths, dtype, seed, device = job
+    schedule = SCHEDULES[name](world, m)[rank]
+    Xs, ys = X.tensor_split(m), y.tensor_split(m)
+    baseline = allocated_bytes(device)
+    stage, shapes = _my_stage(rank, world, widths, dtype, seed, device)
+
+    def step():
+        out = _pipelined_step(stage, schedule, Xs, ys, shapes, rank, world, device, dtype)
+        with torch.no_grad():
+            for p in stage.parameters():
+                p -= lr * p.grad
+                p.grad.zero_()
+        return out
+
+    run = train_measured(step, steps, device, stage, baseline)
+    return {
+        "params": [p.detach().cpu().clone() for p in stage.parameters()],
+        "losses": [loss for _, loss in run["outputs"]] if rank == world - 1 else [],
+        "events": run["outputs"][-1][0],
+        "held": run["held"],
+        "peak": run["peak"],
+        "seconds": run["seconds"],
+    }
 
 
 def torch_pipeline_worker(
@@ -126,7 +120,7 @@ def torch_pipeline_worker(
     widths: list[int],
     schedule: str = "1f1b",
     num_microbatches: int = 4,
-    steps: int = 3,
+    steps: int = 4,
     batch_size: int = 64,
     lr: float = 0.1,
     dtype: torch.dtype = torch.float64,
@@ -137,36 +131,33 @@ def torch_pipeline_worker(
 
     device = rank_device()
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
-    with MemoryMeter(device) as meter:
-        stage_module = split_stages(mlp(widths, seed, dtype), world)[rank].to(device)
+    X, y = X.to(device), y.to(device)
+    baseline = allocated_bytes(device)
+    stage_module = split_stages(mlp(widths, seed, dtype), world)[rank].to(device)
     stage = PipelineStage(stage_module, rank, world, device)
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
-    # each micro-batch's mean loss; the stage divides the gradients by num_microbatches
+    # each micro-batch's mean loss; the schedule divides the gradients by num_microbatches
     sched = kind(stage, n_microbatches=num_microbatches, loss_fn=F.cross_entropy)
-    losses, times, first = [], [], MemoryMeter(device)
-    for step in range(steps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        with first if step == 0 else contextlib.nullcontext():  # profiling is slow
-            if rank == 0:
-                sched.step(X.to(device))
-            elif rank == world - 1:
-                mb_losses: list = []
-                sched.step(target=y.to(device), losses=mb_losses)
-                losses.append(sum(x.item() for x in mb_losses) / num_microbatches)
-            else:
-                sched.step()
+
+    def step():
+        losses: list = []
+        if rank == 0:
+            sched.step(X)
+        elif rank == world - 1:
+            sched.step(target=y, losses=losses)
+        else:
+            sched.step()
         with torch.no_grad():
             for p in stage_module.parameters():
                 p -= lr * p.grad
                 p.grad.zero_()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
+        return sum(x.item() for x in losses) / num_microbatches if losses else None
+
+    run = train_measured(step, steps, device, stage_module, baseline)
     return {
         "params": [p.detach().cpu().clone() for p in stage_module.parameters()],
-        "losses": losses,
-        "seconds": statistics.median(times[1:] or times),
-        "peak": meter.held + first.peak,
-        "held": meter.held + first.held,
+        "losses": run["outputs"] if rank == world - 1 else [],
+        "held": run["held"],
+        "peak": run["peak"],
+        "seconds": run["seconds"],
     }

@@ -8,17 +8,14 @@ autograd functions, so backward sends exactly what the chain rule needs.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .footprint import CollectiveCounter, MemoryMeter, rank_device
+from .footprint import CollectiveCounter, allocated_bytes, rank_device, train_measured
 from .splitting import lenet_sequential, mlp, toy_data, toy_images
 
 
@@ -153,25 +150,23 @@ def full_parameters(net: nn.Module) -> list[torch.Tensor]:
     return out
 
 
-def _train(net, X, y, steps, lr, device) -> dict:
-    """SGD steps on the whole batch (every rank sees all of it); losses, times, collectives."""
-    losses, times, counter = [], [], CollectiveCounter()
-    for step in range(steps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        with counter if step == 0 else contextlib.nullcontext():
-            loss = F.cross_entropy(net(X), y)
-            net.zero_grad()
-            loss.backward()
+def _train(net, X, y, steps, lr, device, baseline) -> dict:
+    """SGD on the whole batch (every rank sees all of it), measured; one step's collectives."""
+
+    def step():
+        loss = F.cross_entropy(net(X), y)
+        net.zero_grad()
+        loss.backward()
         with torch.no_grad():
             for p in net.parameters():
                 p -= lr * p.grad
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-    return {"losses": losses, "seconds": statistics.median(times[1:] or times),
-            "calls": counter.calls, "bytes": counter.bytes}  # fmt: skip
+        return loss.item()
+
+    with CollectiveCounter() as counter:  # the first step: what one step sends
+        first = step()
+    run = train_measured(step, steps - 1, device, net, baseline) if steps > 1 else {"outputs": []}
+    extra = {"losses": [first, *run["outputs"]], "calls": counter.calls, "bytes": counter.bytes}
+    return {**run, **extra}
 
 
 def tensor_parallel_worker(
@@ -199,22 +194,12 @@ def tensor_parallel_worker(
         full, split = lenet_sequential(seed).to(dtype), channel_parallel_convs
     else:
         raise ValueError(f"model {model!r} is not known; use 'mlp' or 'lenet'")
-    with MemoryMeter(device) as meter:
-        net = split(full, rank, world).to(device)
-    del full
     X, y = X.to(device), y.to(device)
-    with MemoryMeter(device) as first:
-        out = _train(net, X, y, 1, lr, device)
-    more = _train(net, X, y, steps - 1, lr, device) if steps > 1 else out
-    return {
-        "params": [p.cpu() for p in full_parameters(net)],
-        "losses": out["losses"] + (more["losses"] if steps > 1 else []),
-        "seconds": more["seconds"],
-        "calls": out["calls"],
-        "bytes": out["bytes"],
-        "peak": meter.held + first.peak,
-        "held": meter.held + first.held,
-    }
+    baseline = allocated_bytes(device)
+    net = split(full.to(device), rank, world)
+    del full
+    run = _train(net, X, y, steps, lr, device, baseline)
+    return {"params": [p.cpu() for p in full_parameters(net)], **_summary(run)}
 
 
 def torch_tensor_parallel_worker(
@@ -240,23 +225,22 @@ def torch_tensor_parallel_worker(
     mesh = init_device_mesh(device.type, (world,))
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
     X, y = X.to(device), y.to(device)
-    with MemoryMeter(device) as meter:
-        net = mlp(list(widths), seed, dtype).to(device)
-        plan = {}
-        for i in range(0, len(net) - 2, 4):  # units i, i+2 form a pair (Linear, ReLU, Linear)
-            plan[str(i)], plan[str(i + 2)] = ColwiseParallel(), RowwiseParallel()
-        parallelize_module(net, mesh, plan)
-    with MemoryMeter(device) as first:
-        out = _train(net, X, y, 1, lr, device)
-    more = _train(net, X, y, steps - 1, lr, device) if steps > 1 else out
+    baseline = allocated_bytes(device)
+    net = mlp(list(widths), seed, dtype).to(device)
+    plan = {}
+    for i in range(0, len(net) - 2, 4):  # units i, i+2 form a pair (Linear, ReLU, Linear)
+        plan[str(i)], plan[str(i + 2)] = ColwiseParallel(), RowwiseParallel()
+    parallelize_module(net, mesh, plan)
+    run = _train(net, X, y, steps, lr, device, baseline)
     full = [p.full_tensor() if isinstance(p, DTensor) else p for p in net.parameters()]
     return {
         "params": [p.detach().cpu().clone() for p in full],
         "kinds": [type(p).__name__ for p in net.parameters()],
-        "losses": out["losses"] + (more["losses"] if steps > 1 else []),
-        "seconds": more["seconds"],
-        "calls": out["calls"],
-        "bytes": out["bytes"],
-        "peak": meter.held + first.peak,
-        "held": meter.held + first.held,
+        **_summary(run),
     }
+
+
+def _summary(run: dict) -> dict:
+    """The parts of a measured run that a worker returns."""
+    keys = ("losses", "calls", "bytes", "held", "peak", "seconds")
+    return {key: run.get(key, float("nan")) for key in keys}

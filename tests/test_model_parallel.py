@@ -164,62 +164,71 @@ def test_place_stages_wants_one_device_per_stage():
 # --- real processes: pipelines and tensor parallelism ----------------------------------------
 
 
+def pipelines(rank, world, runs, *args):
+    """The hand-made pipeline's runs, then torch.distributed.pipelining, in one process group."""
+    return pipeline_worker(rank, world, WIDTHS, runs, *args), torch_pipeline_worker(
+        rank, world, WIDTHS, "1f1b", 4, *args
+    )
+
+
 def test_pipeline_processes_equal_one_device(reference):
     runs = [("gpipe", 1), ("gpipe", 4), ("1f1b", 3)]
-    out = run_workers(pipeline_worker, 2, WIDTHS, runs, STEPS, BATCH, LR, F64, 0, timeout=180)
+    out = run_workers(pipelines, 2, runs, STEPS, BATCH, LR, F64, 0, backend="gloo", timeout=180)
     for j, (name, m) in enumerate(runs):
-        params = [p for rank in out for p in rank[j]["params"]]
+        params = [p for rank, _ in out for p in rank[j]["params"]]
         assert max_diff(params, reference[0]) < 1e-12, (name, m)
-        losses = out[-1][j]["losses"]
+        losses = out[-1][0][j]["losses"]
         assert max(abs(a - b) for a, b in zip(losses, reference[1], strict=True)) < 1e-12
-        for rank in out:  # every stage ran 2m actions; its allocator held its stage at least
+        for rank, _ in out:  # every stage ran 2m actions; it holds its stage's parameters
             assert len(rank[j]["events"]) == 2 * m
-            assert rank[j]["peak"] >= rank[j]["held"] > 0
-
-
-def test_torch_pipelining_equals_one_device(reference):
-    out = run_workers(torch_pipeline_worker, 2, WIDTHS, "1f1b", 4, STEPS, BATCH, LR, F64, 0)
-    params = [p for rank in out for p in rank["params"]]
+            assert rank[j]["peak"] > rank[j]["held"] > 0
+    params = [p for _, theirs in out for p in theirs["params"]]  # torch.distributed.pipelining
     assert max_diff(params, reference[0]) < 1e-12
-    assert max(abs(a - b) for a, b in zip(out[-1]["losses"], reference[1], strict=True)) < 1e-12
+    losses = out[-1][1]["losses"]
+    assert max(abs(a - b) for a, b in zip(losses, reference[1], strict=True)) < 1e-12
 
 
 TP_WIDTHS = (12, 32, 16, 32, 16, 5)  # two (Linear, ReLU, Linear) pairs, then ReLU, Linear
 
 
-def test_tensor_parallel_mlp_equals_one_device():
+def tensor_parallels(rank, world):
+    """The Megatron MLP and the channel-split LeNet by hand, then DTensor, in one group."""
+    return (
+        tensor_parallel_worker(rank, world, "mlp", TP_WIDTHS, STEPS, BATCH, LR, F64, 0),
+        tensor_parallel_worker(rank, world, "lenet", None, 3, 8, 0.1, F64, 0),
+        torch_tensor_parallel_worker(rank, world, TP_WIDTHS, STEPS, BATCH, LR, F64, 0),
+    )
+
+
+@pytest.fixture(scope="module")
+def tp_runs():
+    return run_workers(tensor_parallels, 2, backend="gloo", timeout=180)
+
+
+def test_tensor_parallel_mlp_equals_one_device(tp_runs):
     net = splitting.mlp(list(TP_WIDTHS), seed=0, dtype=F64)
     X, y = splitting.toy_data(BATCH, TP_WIDTHS[0], TP_WIDTHS[-1], seed=0, dtype=F64)
     losses = splitting.train_one_device(net, X, y, STEPS, LR)
-    out = run_workers(tensor_parallel_worker, 2, "mlp", TP_WIDTHS, STEPS, BATCH, LR, F64, 0)
-    for rank in out:
+    for rank, _, theirs in tp_runs:
         assert max_diff(rank["params"], net.parameters()) < 1e-12
         assert max(abs(a - b) for a, b in zip(rank["losses"], losses, strict=True)) < 1e-12
         # forward: one all-reduce per pair; backward: one for the second pair's input only
         assert rank["calls"] == {"all_reduce": 3}
-    assert out[0]["held"] < sum(p.numel() for p in net.parameters()) * 8 * 2  # params + grads
+        assert max_diff(theirs["params"], net.parameters()) < 1e-12  # parallelize_module
+        assert theirs["kinds"].count("DTensor") == 8  # 4 split layers, weight and bias each
+        assert theirs["calls"] == {"all_reduce": 3}
+    P = sum(p.numel() for p in net.parameters()) * 8
+    assert tp_runs[0][0]["held"] < 2 * P * 0.75  # params and grads: the pairs are halved
 
 
-def test_channel_parallel_lenet_equals_one_device():
+def test_channel_parallel_lenet_equals_one_device(tp_runs):
     net = splitting.lenet_sequential(seed=0).to(F64)
     X, y = splitting.toy_images(8, seed=0, dtype=F64)
     losses = splitting.train_one_device(net, X, y, 3, 0.1)
-    out = run_workers(tensor_parallel_worker, 2, "lenet", None, 3, 8, 0.1, F64, 0)
-    for rank in out:
+    for _, rank, _ in tp_runs:
         assert max_diff(rank["params"], net.parameters()) < 1e-12
         assert max(abs(a - b) for a, b in zip(rank["losses"], losses, strict=True)) < 1e-12
         assert rank["calls"] == {"all_gather": 2, "all_reduce": 1}  # 2 convs; conv 2's input
-
-
-def test_torch_tensor_parallel_equals_one_device():
-    net = splitting.mlp(list(TP_WIDTHS), seed=0, dtype=F64)
-    X, y = splitting.toy_data(BATCH, TP_WIDTHS[0], TP_WIDTHS[-1], seed=0, dtype=F64)
-    splitting.train_one_device(net, X, y, STEPS, LR)
-    out = run_workers(torch_tensor_parallel_worker, 2, TP_WIDTHS, STEPS, BATCH, LR, F64, 0)
-    for rank in out:
-        assert max_diff(rank["params"], net.parameters()) < 1e-12
-        assert rank["kinds"].count("DTensor") == 8  # 4 split layers, weight and bias each
-        assert rank["calls"] == {"all_reduce": 3}
 
 
 def test_tensor_parallel_refuses_an_uneven_split():
