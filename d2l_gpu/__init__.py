@@ -35,7 +35,24 @@ _NAMES = {
         "try_gpu",
     ],
     "distributed": ["free_port", "run_workers"],
-    "footprint": ["CollectiveCounter", "MemoryMeter", "rank_device", "step_seconds"],
+    "footprint": [
+        "CollectiveCounter",
+        "MemoryMeter",
+        "allocated_bytes",
+        "rank_device",
+        "step_seconds",
+        "tensor_bytes",
+        "train_measured",
+    ],
+    "fsdp": ["fsdp_worker"],
+    "model_memory": [
+        "Checkpointed",
+        "OPTIMIZER_STATES",
+        "activation_bytes",
+        "bytes_per_rank",
+        "checkpoint_every",
+        "memory_breakdown",
+    ],
     "model_parallel": [
         "SCHEDULES",
         "bubble_fraction",
@@ -76,6 +93,7 @@ _NAMES = {
     "perf": ["PEAK_TFLOPS", "examples_per_second", "measure", "peak_tflops", "training_flops"],
     "pipeline": ["pipeline_worker", "torch_pipeline_worker"],
     "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
+    "sharding": ["ShardedLayer", "adam_step", "zero_stages_worker", "zero_step", "zero_worker"],
     "splitting": [
         "TransformerBlock",
         "balanced_cuts",
