@@ -11,12 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-
-def rank_device(rank: int) -> torch.device:
-    """The device of this rank's tensors: its own GPU under NCCL, else the CPU (lesson 11)."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", rank % torch.cuda.device_count())
-    return torch.device("cpu")
+from .distributed import rank_device
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:

@@ -288,3 +288,14 @@ def _collect(procs, outdir, world_size: int, timeout: float) -> list:
         _, rank, error = min(errors)
         raise RuntimeError(f"rank {rank} of {world_size} raised:\n{error}")
     return results
+
+
+def rank_device(rank: int | None = None) -> torch.device:
+    """This rank's device: cuda:(rank mod GPUs) when the group uses NCCL, otherwise the CPU.
+
+    Shown in lessons 9-11.
+    """
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        rank = dist.get_rank() if rank is None else rank
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")

@@ -237,7 +237,7 @@ def _like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 def strategy_class(name: str) -> type[Strategy]:
     """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline')."""
     if name == "pipeline":
-        return importlib.import_module(".pipeline", __package__).PipelineStrategy
+        return importlib.import_module(".pipeline_strategy", __package__).PipelineStrategy
     return {"ddp": Strategy, "fsdp": FSDPStrategy}[name]
 
 
