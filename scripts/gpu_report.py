@@ -109,8 +109,11 @@ def hardware() -> dict:
     driver = "not reported"
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        got = subprocess.run(query, capture_output=True, text=True, timeout=60)
-        driver = got.stdout.strip().splitlines()[0] if got.returncode == 0 else driver
+        try:
+            got = subprocess.run(query, capture_output=True, text=True, timeout=60)
+            driver = got.stdout.strip().splitlines()[0] if got.returncode == 0 else driver
+        except (OSError, subprocess.SubprocessError, IndexError):
+            pass
     return {
         "date": datetime.date.today().isoformat(),
         "accelerator": kind,
@@ -130,8 +133,9 @@ def hardware() -> dict:
 def step_lessons(args) -> list[dict]:
     """Every lesson in the full profile; the figures are run_lessons' summary."""
     cmd = [PY, "scripts/run_lessons.py", "--profile", "full", "--timeout", "1800"]
-    result = run(cmd, args.timeout * 4)
     summary = ROOT / "build" / "lessons" / "summary.json"
+    summary.unlink(missing_ok=True)  # never an older run's figures
+    result = run(cmd, args.timeout * 4)
     lessons = json.loads(summary.read_text())["lessons"] if summary.exists() else None
     figures = None if lessons is None else {"lessons": lessons}
     return [record("lessons", result, figures)]
@@ -154,6 +158,7 @@ def step_bench(args) -> list[dict]:
     path = Path(args.out) / "gpu-report" / "bench_resnet.json"
     cmd = [PY, "benchmarks/bench_resnet.py", "--profile", "full", "--epochs", str(args.epochs)]
     cmd += ["--json", str(path)] + (["--limit", str(args.limit)] if args.limit else [])
+    path.unlink(missing_ok=True)  # never an older run's figures
     result = run(cmd, args.timeout)
     figures = json.loads(path.read_text()) if result["rc"] == 0 and path.exists() else None
     return [record("bench", result, figures)]
