@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .collectives import ALGORITHMS, open_reverse_links, rank_device, ring_all_reduce
+from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
+from .distributed import rank_device
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .footprint import CollectiveCounter, allocated_bytes, rank_device, train_measured
+from .distributed import rank_device
+from .footprint import CollectiveCounter, allocated_bytes, train_measured
 from .model_memory import checkpoint_every
 from .splitting import mlp, toy_data
 

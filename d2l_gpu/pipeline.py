@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .footprint import allocated_bytes, rank_device, train_measured
+from .distributed import rank_device
+from .footprint import allocated_bytes, train_measured
 from .model_parallel import SCHEDULES, stage_backward, stage_forward
 from .splitting import mlp, split_stages, toy_data
 

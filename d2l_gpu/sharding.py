@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .footprint import CollectiveCounter, allocated_bytes, rank_device, train_measured
+from .distributed import rank_device
+from .footprint import CollectiveCounter, allocated_bytes, train_measured
 from .splitting import mlp, toy_data
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -15,7 +15,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .footprint import CollectiveCounter, allocated_bytes, rank_device, train_measured
+from .distributed import rank_device
+from .footprint import CollectiveCounter, allocated_bytes, train_measured
 from .splitting import lenet_sequential, mlp, toy_data, toy_images
 
 
