@@ -1,371 +1,123 @@
-"""Draw the lesson diagrams as tidy, hand-readable SVG files in img/.
+"""Draw the lesson diagrams as tidy, hand-readable SVG files in img/, and check them.
 
-    python scripts/make_diagrams.py [OUTDIR]     # default: img/ next to this script's parent
+    python scripts/make_diagrams.py [OUTDIR]     # write every diagram (default: img/)
+    python scripts/make_diagrams.py --check      # exit 1 if img/ is stale or a label does not fit
 
-Each diagram is a function returning a list of SVG elements; shared helpers draw boxes, text and
-arrows in one palette. The output is deterministic (no timestamps), so re-running it changes
-nothing unless this script changed.
+Each diagram is a function returning (width, height, title, body); the drawing helpers (svg, box,
+text, arrow, link, lines, chip_grid, memory_bar, gpu_card and the palette) live in diagram_kit.py
+and can be imported from here. Diagrams are grouped by lessons: diagrams_basics.py (lessons 1-4),
+diagrams_parallel.py (lessons 5-7),
+diagrams_speed.py (lesson 8). The output is deterministic (no timestamps), so re-running it
+changes nothing unless a drawing changed.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from html import escape
+import tempfile
 from pathlib import Path
+
+from diagram_kit import (  # noqa: F401 - re-exported: other diagram modules import them from here
+    BAD,
+    DEV,
+    DEV_FILL,
+    FONTS,
+    GOOD,
+    HOST,
+    HOST_FILL,
+    INK,
+    LINK,
+    LINK_FILL,
+    MUTED,
+    STYLE,
+    WAIT_FILL,
+    arrow,
+    box,
+    chip_grid,
+    gpu_card,
+    layout_problems,
+    lines,
+    link,
+    memory_bar,
+    svg,
+    text,
+    text_width,
+)
+from diagrams_basics import copy_link, devices, pinned, same_device, save_load, sync_timeline
+from diagrams_parallel import (
+    data_parallel,
+    dataparallel_step,
+    ddp_buckets,
+    torchrun_processes,
+    torchrun_restarts,
+)
+from diagrams_speed import amp_loss_scaling, channels_last
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One palette for every diagram: host (CPU side) blue, device (GPU side) green, links orange.
-HOST, HOST_FILL = "#1f5f99", "#e3eef9"
-DEV, DEV_FILL = "#2e7d32", "#e6f4e7"
-LINK = "#d9822b"
-BAD, GOOD = "#c62828", "#2e7d32"
-INK, MUTED = "#222222", "#666666"
-WAIT_FILL = "#fbe3e3"
-
-STYLE = f"""
-    text {{ font-family: "DejaVu Sans", Helvetica, Arial, sans-serif; fill: {INK}; }}
-    .title {{ font-size: 17px; font-weight: bold; }}
-    .label {{ font-size: 14px; }}
-    .small {{ font-size: 12px; fill: {MUTED}; }}
-    .code {{ font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }}
-"""
-
-
-def svg(width: int, height: int, title: str, body: list[str]) -> str:
-    """A complete SVG document with a title (for screen readers), arrow markers and the body."""
-    defs = []
-    for name, colour in [("arrow", INK), ("link", LINK), ("bad", BAD), ("good", GOOD)]:
-        defs.append(
-            f'    <marker id="{name}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-            f'markerHeight="7" orient="auto-start-reverse">'
-            f'<path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>'
-        )
-    lines = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img">',
-        f"  <title>{escape(title)}</title>",
-        f"  <style>{STYLE}  </style>",
-        "  <defs>",
-        *defs,
-        "  </defs>",
-        f'  <rect width="{width}" height="{height}" fill="#ffffff"/>',
-        *("  " + element for element in body),
-        "</svg>",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def box(x, y, w, h, stroke=INK, fill="#ffffff", rx=8, dash=False) -> str:
-    """A rounded rectangle."""
-    extra = ' stroke-dasharray="6 4"' if dash else ""
-    return (
-        f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="{rx}" fill="{fill}" '
-        f'stroke="{stroke}" stroke-width="2"{extra}/>'
-    )
-
-
-def text(x, y, s, cls="label", anchor="middle", colour=None) -> str:
-    """One line of text; `cls` is title, label, small or code."""
-    fill = f' style="fill: {colour}"' if colour else ""
-    return f'<text x="{x}" y="{y}" class="{cls}" text-anchor="{anchor}"{fill}>{escape(s)}</text>'
-
-
-def arrow(x1, y1, x2, y2, marker="arrow", colour=INK, width=2, both=False, dash=False) -> str:
-    """A straight arrow from (x1, y1) to (x2, y2); `both` puts a head on each end."""
-    start = f' marker-start="url(#{marker})"' if both else ""
-    extra = ' stroke-dasharray="6 4"' if dash else ""
-    return (
-        f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{colour}" '
-        f'stroke-width="{width}"{extra}{start} marker-end="url(#{marker})"/>'
-    )
-
-
-def link(x1, y1, x2, y2, width=8) -> str:
-    """A thick link without arrowheads (for short GPU-to-GPU connections)."""
-    return (
-        f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{LINK}" '
-        f'stroke-width="{width}" stroke-linecap="round"/>'
-    )
-
-
-def chip_grid(x, y, cols, rows, size, gap, colour, fill) -> list[str]:
-    """A grid of small squares standing for CPU cores or GPU multiprocessors."""
-    return [
-        f'<rect x="{x + c * (size + gap)}" y="{y + r * (size + gap)}" width="{size}" '
-        f'height="{size}" rx="2" fill="{fill}" stroke="{colour}" stroke-width="1"/>'
-        for r in range(rows)
-        for c in range(cols)
-    ]
-
-
-def memory_bar(x, y, w, label, colour, fill) -> list[str]:
-    """A memory bank drawn as a striped bar with a label inside."""
-    cells = [box(x, y, w, 34, colour, fill, rx=4)]
-    cells += [
-        f'<line x1="{x + i}" y1="{y}" x2="{x + i}" y2="{y + 34}" stroke="{colour}" '
-        f'stroke-opacity="0.25"/>'
-        for i in range(12, w, 12)
-    ]
-    return cells + [text(x + w / 2, y + 22, label)]
-
-
-def gpu_card(x, y, name, device) -> list[str]:
-    """One GPU: many multiprocessors and its own memory, named by its PyTorch device string."""
-    body = [box(x, y, 240, 190, DEV, DEV_FILL)]
-    body.append(text(x + 120, y + 26, name, "title"))
-    body.append(text(x + 120, y + 46, f"device '{device}'", "code", colour=DEV))
-    body += chip_grid(x + 24, y + 60, 16, 4, 9, 3, DEV, "#ffffff")
-    body.append(text(x + 120, y + 122, "thousands of simple cores", "small"))
-    body += memory_bar(x + 20, y + 138, 200, "device memory", DEV, "#ffffff")
-    return body
-
-
-def devices() -> tuple[int, int, str, list[str]]:
-    """Lesson 1: the CPU device is all cores plus host RAM; each GPU is one device."""
-    body = [box(20, 60, 260, 330, HOST, HOST_FILL)]
-    body.append(text(150, 88, "Host (the computer)", "title"))
-    body.append(text(150, 110, "device 'cpu'", "code", colour=HOST))
-    body += chip_grid(60, 130, 4, 2, 36, 10, HOST, "#ffffff")
-    body.append(text(150, 238, "a few fast cores: one device", "small"))
-    body += memory_bar(40, 256, 220, "host memory (RAM)", HOST, "#ffffff")
-    body.append(text(150, 330, "tensors created without a", "small"))
-    body.append(text(150, 348, "device argument live here", "small"))
-    body += gpu_card(420, 20, "GPU 0", "cuda:0")
-    body += gpu_card(420, 240, "GPU 1", "cuda:1")
-    body.append(arrow(282, 200, 418, 115, "link", LINK, 3, both=True))
-    body.append(arrow(282, 250, 418, 335, "link", LINK, 3, both=True))
-    body.append(text(335, 140, "PCIe", "label", colour=LINK))
-    body.append(link(540, 214, 540, 236))
-    body.append(text(556, 230, "NVLink (if any)", "small", anchor="start"))
-    body.append(text(20, 30, "Each box is one PyTorch device", "title", anchor="start"))
-    body.append(
-        text(
-            20,
-            458,
-            "A tensor lives in exactly one memory; an operation runs on the "
-            "device that holds its operands.",
-            "small",
-            anchor="start",
-        )
-    )
-    return 720, 475, "The CPU device and two GPU devices, each with its own memory", body
-
-
-def same_device() -> tuple[int, int, str, list[str]]:
-    """Lesson 2: operands of one operation must live on one device."""
-
-    def tensor(x, y, name, where, colour, fill):
-        return [
-            box(x, y, 130, 56, colour, fill),
-            text(x + 65, y + 24, name, "code"),
-            text(x + 65, y + 44, where, "small"),
-        ]
-
-    body = [text(20, 30, "Operands must live on the same device", "title", anchor="start")]
-    body += tensor(20, 60, "X", "on 'cuda:0'", DEV, DEV_FILL)
-    body += tensor(20, 140, "Y", "on 'cpu'", HOST, HOST_FILL)
-    body.append(arrow(152, 88, 250, 112, "bad", BAD))
-    body.append(arrow(152, 168, 250, 124, "bad", BAD))
-    body.append(box(256, 82, 250, 74, BAD, "#ffffff"))
-    body.append(text(381, 104, "X + Y", "code"))
-    body.append(text(381, 126, "RuntimeError: expected all", "small", colour=BAD))
-    body.append(text(381, 144, "tensors on the same device", "small", colour=BAD))
-    body += tensor(20, 240, "X", "on 'cuda:0'", DEV, DEV_FILL)
-    body += tensor(20, 320, "Y.to('cuda:0')", "copied first", DEV, DEV_FILL)
-    body.append(arrow(152, 268, 250, 292, "good", GOOD))
-    body.append(arrow(152, 348, 250, 304, "good", GOOD))
-    body.append(box(256, 262, 250, 74, GOOD, DEV_FILL))
-    body.append(text(381, 284, "X + Y.to(X.device)", "code"))
-    body.append(text(381, 306, "result on 'cuda:0',", "small", colour=GOOD))
-    body.append(text(381, 324, "computed by GPU 0", "small", colour=GOOD))
-    body.append(
-        text(
-            20,
-            405,
-            "PyTorch never copies for you: you decide where data lives.",
-            "small",
-            anchor="start",
-        )
-    )
-    return 530, 420, "Adding tensors on two devices fails; copy one operand first", body
-
-
-def copy_link() -> tuple[int, int, str, list[str]]:
-    """Lesson 3: memories joined by links of very different speed."""
-    body = [text(20, 30, "Where copies go, and how fast the roads are", "title", anchor="start")]
-    body.append(box(20, 60, 210, 150, HOST, HOST_FILL))
-    body.append(text(125, 86, "Host", "title"))
-    body += memory_bar(40, 100, 170, "host RAM", HOST, "#ffffff")
-    body.append(text(125, 160, "CPU reads RAM at", "small"))
-    body.append(text(125, 178, "~50-200 GB/s", "small"))
-    for i, (y, name) in enumerate([(60, "GPU 0"), (260, "GPU 1")]):
-        body.append(box(440, y, 210, 150, DEV, DEV_FILL))
-        body.append(text(545, y + 26, f"{name} ('cuda:{i}')", "title"))
-        body += memory_bar(460, y + 40, 170, "device memory", DEV, "#ffffff")
-        body.append(text(545, y + 100, "GPU reads its memory at", "small"))
-        body.append(text(545, y + 118, "~0.3-8 TB/s", "small"))
-    body.append(arrow(232, 125, 438, 125, "link", LINK, 4, both=True))
-    body.append(text(335, 112, "PCIe", "label", colour=LINK))
-    body.append(text(335, 148, "~16-64 GB/s", "small"))
-    body.append(text(335, 166, "each way", "small"))
-    body.append(link(545, 216, 545, 254, 10))
-    body.append(text(560, 232, "NVLink / Infinity Fabric", "small", anchor="start"))
-    body.append(text(560, 248, "~100-900 GB/s, or via PCIe", "small", anchor="start"))
-    body.append(text(20, 250, "X.to('cuda:0')", "code", anchor="start"))
-    body.append(text(20, 270, "crosses PCIe: tens of times", "small", anchor="start"))
-    body.append(text(20, 288, "slower than the GPU's own", "small", anchor="start"))
-    body.append(text(20, 306, "memory, plus a fixed cost", "small", anchor="start"))
-    body.append(text(20, 324, "per copy.", "small", anchor="start"))
-    body.append(text(20, 364, "X.to('cuda:1')", "code", anchor="start"))
-    body.append(text(20, 384, "GPU to GPU: a direct link", "small", anchor="start"))
-    body.append(text(20, 402, "where there is one.", "small", anchor="start"))
-    body.append(
-        text(
-            20,
-            440,
-            "Orders of magnitude only; your hardware differs. Lesson 3 "
-            "measures your own copy speed.",
-            "small",
-            anchor="start",
-        )
-    )
-    return 800, 460, "Host memory and two GPU memories joined by PCIe and NVLink", body
-
-
-def sync_timeline() -> tuple[int, int, str, list[str]]:
-    """Lesson 3: the host queues work and runs ahead until something needs a result."""
-    body = [text(20, 30, "Asynchronous launches and the implicit wait", "title", anchor="start")]
-    body.append(text(20, 82, "Python", "label", anchor="start"))
-    body.append(text(20, 100, "(host)", "small", anchor="start"))
-    body.append(text(20, 172, "GPU", "label", anchor="start"))
-    body.append(text(20, 190, "(stream)", "small", anchor="start"))
-    body.append(arrow(90, 230, 680, 230))
-    body.append(text(680, 250, "time", "small", anchor="end"))
-    launches = ["A @ B", "relu", "sum"]
-    for i, name in enumerate(launches):
-        x = 100 + i * 70
-        body.append(box(x, 66, 60, 36, HOST, HOST_FILL, rx=4))
-        body.append(text(x + 30, 89, name, "code"))
-        gx = 130 + i * 130
-        body.append(box(gx, 156, 120, 36, DEV, DEV_FILL, rx=4))
-        body.append(text(gx + 60, 179, name, "code"))
-        body.append(arrow(x + 30, 104, gx + 10, 154, dash=True))
-    body.append(box(310, 66, 236, 36, BAD, WAIT_FILL, rx=4))
-    body.append(text(428, 89, "s.item(): waits", "code", colour=BAD))
-    body.append(box(556, 66, 70, 36, HOST, HOST_FILL, rx=4))
-    body.append(text(591, 89, "print", "code"))
-    body.append(box(514, 156, 30, 36, LINK, "#fdf0e3", rx=4))
-    body.append(text(529, 210, "copy", "small"))
-    body.append(arrow(536, 156, 570, 104, "link", LINK))
-    body.append(
-        text(
-            20,
-            280,
-            "Launching is fast: Python queues the kernels and moves on. "
-            "Reading a value (.item(), print,",
-            "small",
-            anchor="start",
-        )
-    )
-    body.append(
-        text(
-            20,
-            298,
-            ".tolist(), .numpy() after .cpu(), if t > 0:) makes the host "
-            "wait until the queue reaches it.",
-            "small",
-            anchor="start",
-        )
-    )
-    return 700, 315, "Host launches kernels asynchronously; .item() makes it wait", body
-
-
-def pinned() -> tuple[int, int, str, list[str]]:
-    """Lesson 3: pageable memory is staged through a pinned buffer; pinned memory is not."""
-    body = [text(20, 30, "Pageable versus pinned host memory", "title", anchor="start")]
-    rows = [(70, "pageable tensor (default)", True), (200, "pinned tensor: X.pin_memory()", False)]
-    for y, label, staged in rows:
-        body.append(text(20, y - 10, label, "label", anchor="start"))
-        body.append(box(20, y, 150, 60, HOST, HOST_FILL))
-        body.append(text(95, y + 27, "X in host RAM", "small"))
-        body.append(text(95, y + 45, "(pageable)" if staged else "(page-locked)", "small"))
-        body.append(box(480, y, 150, 60, DEV, DEV_FILL))
-        body.append(text(555, y + 35, "device memory", "small"))
-        if staged:
-            body.append(box(250, y, 150, 60, HOST, "#ffffff", dash=True))
-            body.append(text(325, y + 27, "pinned staging", "small"))
-            body.append(text(325, y + 45, "buffer (driver)", "small"))
-            body.append(arrow(172, y + 30, 248, y + 30))
-            body.append(text(210, y + 80, "CPU copy", "small"))
-            body.append(arrow(402, y + 30, 478, y + 30, "link", LINK, 3))
-            body.append(text(440, y + 80, "DMA", "small"))
-        else:
-            body.append(arrow(172, y + 30, 478, y + 30, "link", LINK, 3))
-            body.append(text(325, y + 22, "DMA straight from X", "small"))
-            body.append(text(325, y + 52, "non_blocking=True: the host moves on", "small"))
-    body.append(
-        text(
-            20,
-            310,
-            "Pinning costs host RAM that the OS can no longer swap out: pin "
-            "what you copy often, not everything.",
-            "small",
-            anchor="start",
-        )
-    )
-    return 660, 325, "Copying from pageable memory needs an extra staging copy", body
-
-
-def save_load() -> tuple[int, int, str, list[str]]:
-    """Lesson 4: a state_dict saved on one device and loaded onto another."""
-    body = [text(20, 30, "Saving on one device, loading on another", "title", anchor="start")]
-    body.append(box(20, 60, 170, 90, DEV, DEV_FILL))
-    body.append(text(105, 90, "net on 'cuda:0'", "code"))
-    body.append(text(105, 112, "parameters and", "small"))
-    body.append(text(105, 128, "buffers in GPU memory", "small"))
-    body.append(arrow(192, 105, 268, 105))
-    body.append(text(230, 92, "torch.save", "small"))
-    body.append(text(230, 125, "(state_dict)", "small"))
-    body.append(box(270, 60, 150, 90, MUTED, "#f4f4f4"))
-    body.append(text(345, 90, "net.params", "code"))
-    body.append(text(345, 112, "each tensor keeps", "small"))
-    body.append(text(345, 128, "a device tag", "small"))
-    body.append(arrow(422, 105, 498, 105))
-    body.append(text(460, 92, "torch.load", "small"))
-    body.append(box(500, 60, 230, 90, HOST, HOST_FILL))
-    body.append(text(615, 84, "map_location='cpu',", "code"))
-    body.append(text(615, 104, "weights_only=True", "code"))
-    body.append(text(615, 128, "tensors now in host RAM", "small"))
-    body.append(arrow(615, 152, 615, 198))
-    body.append(text(605, 180, "net2.load_state_dict(...)", "code", anchor="end"))
-    body.append(box(500, 200, 230, 70, HOST, "#ffffff"))
-    body.append(text(615, 228, "copied into net2's own", "small"))
-    body.append(text(615, 246, "parameters, on net2's device", "small"))
-    body.append(text(20, 200, "Without map_location, tensors saved", "small", anchor="start"))
-    body.append(text(20, 218, "from 'cuda:0' are loaded back to", "small", anchor="start"))
-    body.append(text(20, 236, "'cuda:0': an error on a machine", "small", anchor="start"))
-    body.append(text(20, 254, "without that device.", "small", anchor="start"))
-    return 750, 290, "A state_dict saved from a GPU and loaded on the CPU with map_location", body
-
-
+# file name in img/ (without .svg) -> the function that draws it; the lesson that shows it.
 DIAGRAMS = {
-    "devices": devices,
-    "same-device": same_device,
-    "copy-link": copy_link,
-    "sync-timeline": sync_timeline,
-    "pinned-memory": pinned,
-    "save-load": save_load,
+    "devices": devices,  # lesson 1
+    "same-device": same_device,  # lesson 2
+    "copy-link": copy_link,  # lesson 3
+    "sync-timeline": sync_timeline,  # lesson 3
+    "pinned-memory": pinned,  # lesson 3
+    "save-load": save_load,  # lesson 4
+    "data-parallel": data_parallel,  # lesson 5
+    "dataparallel-step": dataparallel_step,  # lesson 6
+    "ddp-buckets": ddp_buckets,  # lesson 7
+    "torchrun-processes": torchrun_processes,  # lesson 7
+    "torchrun-restarts": torchrun_restarts,  # lesson 7
+    "channels-last": channels_last,  # lesson 8
+    "amp-loss-scaling": amp_loss_scaling,  # lesson 8
 }
 
 
+def render(name: str) -> str:
+    """The SVG document of diagram `name`."""
+    width, height, title, body = DIAGRAMS[name]()
+    return svg(width, height, title, body)
+
+
+def check(folder: Path) -> list[str]:
+    """Every way `folder` differs from a fresh drawing, and every label that does not fit."""
+    out = []
+    for name in DIAGRAMS:
+        document, path = render(name), folder / f"{name}.svg"
+        out += [f"{name}.svg: {p}" for p in layout_problems(document)]
+        if not path.is_file():
+            out.append(f"{name}.svg: missing in {folder}; run python scripts/make_diagrams.py")
+        elif path.read_text(encoding="utf-8") != document:
+            out.append(f"{name}.svg: stale; run python scripts/make_diagrams.py to redraw it")
+    return out
+
+
+def write(path: Path, document: str) -> None:
+    """Write through a temporary file and a rename, so a reader never sees half a diagram."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(document)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--check"]:
+        problems = check(ROOT / "img")
+        print("\n".join(problems) or f"img/: {len(DIAGRAMS)} diagrams up to date, every label fits")
+        return 1 if problems else 0
     out = Path(argv[0]) if argv else ROOT / "img"
     out.mkdir(parents=True, exist_ok=True)
-    for name, draw in DIAGRAMS.items():
-        width, height, title, body = draw()
+    for name in DIAGRAMS:
+        document = render(name)
+        for problem in layout_problems(document):
+            print(f"warning: {name}.svg: {problem}")
         path = out / f"{name}.svg"
-        path.write_text(svg(width, height, title, body), encoding="utf-8")
+        write(path, document)
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 
