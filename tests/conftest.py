@@ -119,3 +119,12 @@ def images_header(n: int) -> bytes:
 def fake_root(tmp_path) -> Path:
     """A folder with FAKE, gzipped: a tiny valid Fashion-MNIST (50 train, 20 test images)."""
     return write_files(tmp_path / "fake")
+
+
+@pytest.fixture
+def lone(small_data, monkeypatch):
+    """This process as a lone rank on the small data set."""
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

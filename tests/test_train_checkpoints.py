@@ -20,15 +20,6 @@ SMALL = ["--epochs", "1", "--limit", "64"]
 
 
 @pytest.fixture
-def lone(small_data, monkeypatch):
-    """This process as a lone rank on the small data set."""
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
-@pytest.fixture
 def ckpt_path(lone, tmp_path) -> Path:
     """A checkpoint written by a one-epoch job of ARGS + SMALL."""
     path = tmp_path / "ckpt.pt"

@@ -59,15 +59,6 @@ def test_ddp_module_runs_the_same_script(small_data):
     assert out.returncode == 2 and "python -m d2l_gpu.ddp: error: argument --lr" in out.stderr
 
 
-@pytest.fixture
-def lone(small_data, monkeypatch):
-    """This process as a lone rank on the small data set."""
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
 @pytest.mark.parametrize(
     ("world", "extra", "message"),
     [

@@ -67,15 +67,6 @@ def test_killed_rank_resumes_to_the_uninterrupted_result(env, tmp_path, one_proc
     assert load(tmp_path / "ckpt.pt")["settings"]["strategy"] == strategy
 
 
-@pytest.fixture
-def lone(small_data, monkeypatch):
-    """This process as a lone rank on the small data set."""
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
 @pytest.mark.parametrize(
     ("first", "then"), [("ddp", "fsdp"), ("fsdp", "pipeline"), ("pipeline", "ddp")]
 )
