@@ -42,7 +42,10 @@ CHUNK = 1 << 16
 
 
 class DataError(RuntimeError):
-    """A data file is missing, unreadable, truncated, corrupt, or fails its checksum."""
+    """A data file is missing, unreadable, truncated, corrupt, or fails its checksum.
+
+    Raised by every loader of lesson 1 on; its message names the file and what to do.
+    """
 
 
 def cache_dir(name: str) -> Path:

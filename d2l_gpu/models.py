@@ -1,4 +1,8 @@
-"""Models of the multi-GPU chapters: ResNet-18 (with Residual blocks) and a functional LeNet."""
+"""Models of the multi-GPU chapters: ResNet-18 (with Residual blocks) and a functional LeNet.
+
+Shown in lessons 5 (lenet, lenet_params, LeNet), 6 (resnet18, resnet_block, Residual,
+materialize, has_lazy, init_weights, init_every_layer) and 7 (LeNet under DDP).
+"""
 
 from __future__ import annotations
 
