@@ -254,8 +254,18 @@ def run_workers(
             )
             for rank in range(world_size)
         ]
-        for p in procs:
-            p.start()
+        # The workers' C++ warnings (e.g. the profiler's notes about memory allocated before it
+        # started) would land, at random, in the notebook's output: children log errors only.
+        saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            if saved is None:
+                os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+            else:
+                os.environ["TORCH_CPP_LOG_LEVEL"] = saved
         deadline = time.monotonic() + timeout
         try:
             for p in procs:
