@@ -45,9 +45,7 @@ class CheckpointError(ValueError):
 
 
 def save_atomic(obj, path) -> Path:
-    """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact.
-
-    Shown in lesson 7."""
+    """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

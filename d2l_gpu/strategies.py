@@ -53,9 +53,7 @@ class TrainError(ValueError):
 def shard_indices(
     num_examples: int, batch_size: int, epoch: int, seed: int, rank: int, world_size: int
 ) -> torch.Tensor:
-    """Rank `rank`'s slice of every full global batch of `epoch`: (num_batches, batch/world).
-
-    Shown in lesson 7."""
+    """Rank `rank`'s slice of every full global batch of `epoch`: (num_batches, batch/world)."""
     g = torch.Generator().manual_seed(seed * 100_003 + epoch)  # same order on every rank
     order = torch.randperm(num_examples, generator=g)
     num_batches = num_examples // batch_size  # the last, incomplete global batch is dropped
