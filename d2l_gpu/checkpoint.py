@@ -45,9 +45,7 @@ class CheckpointError(ValueError):
 
 
 def save_atomic(obj, path) -> Path:
-    """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact.
-
-    Shown in lesson 7."""
+    """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -69,7 +67,9 @@ def save_atomic(obj, path) -> Path:
 
 
 def check_output(path, flag: str) -> None:
-    """Raise CheckpointError unless a file can be written at `path` (given as `flag`)."""
+    """Raise CheckpointError unless a file can be written at `path` (given as `flag`).
+
+    Shown in lesson 7."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(
@@ -90,7 +90,9 @@ def check_output(path, flag: str) -> None:
 
 
 def load_checkpoint(path, map_location="cpu") -> dict | None:
-    """Return the checkpoint dictionary at `path`, or None when there is no file there."""
+    """Return the checkpoint dictionary at `path`, or None when there is no file there.
+
+    Shown in lesson 7."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(
@@ -151,7 +153,9 @@ def check_checkpoint(
 
 
 def check_state_fits(state, reference: dict, path, what: str = "model") -> None:
-    """Raise CheckpointError unless `state` has the keys, shapes and dtypes of `reference`."""
+    """Raise CheckpointError unless `state` has the keys, shapes and dtypes of `reference`.
+
+    Shown in lesson 7."""
     where = f"checkpoint {str(path)!r}"
     if not isinstance(state, dict):
         raise CheckpointError(f"{where} holds no {what} state (found {type(state).__name__})")
@@ -176,7 +180,9 @@ def check_state_fits(state, reference: dict, path, what: str = "model") -> None:
 
 
 def check_optimizer_state(state, param_names, path) -> None:
-    """Raise CheckpointError unless `state` is an optimizer state over exactly `param_names`."""
+    """Raise CheckpointError unless `state` is an optimizer state over exactly `param_names`.
+
+    Shown in lesson 7."""
     try:
         named = [n for g in state["param_groups"] for n in g["params"]]
         ok = sorted(named) == sorted(param_names) and isinstance(state["state"], dict)
@@ -192,7 +198,9 @@ def check_optimizer_state(state, param_names, path) -> None:
 
 
 def check_rng_states(states, world_size: int, path) -> None:
-    """Raise CheckpointError unless `states` holds one get_rng_state result per rank."""
+    """Raise CheckpointError unless `states` holds one get_rng_state result per rank.
+
+    Shown in lesson 7."""
     if not isinstance(states, list) or len(states) != world_size:
         raise CheckpointError(
             f"checkpoint {str(path)!r} holds no random-number state per rank; it is damaged: "
@@ -213,7 +221,9 @@ def check_rng_states(states, world_size: int, path) -> None:
 
 
 def get_rng_state(device: torch.device) -> dict:
-    """This process's random number generator states (Python, torch CPU and the CUDA device)."""
+    """This process's random number generator states (Python, torch CPU and the CUDA device).
+
+    Shown in lesson 7."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
@@ -221,7 +231,7 @@ def get_rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
-    """Restore states returned by get_rng_state."""
+    """Restore states returned by get_rng_state. Shown in lesson 7."""
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:

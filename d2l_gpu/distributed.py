@@ -60,7 +60,8 @@ def device_and_backend(
     return torch.device("cpu"), "gloo"
 
 
-def _torch_version() -> tuple[int, int]:
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the PyTorch in use (the training script of lesson 7 checks it)."""
     return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore
 
 
@@ -73,7 +74,7 @@ def _store_bound_to(host: str, port: int, world: int, timeout: timedelta):
     sock.listen(128)
     fd = sock.detach()  # the store owns the socket from here on
     # PyTorch's libuv store takes over a listening socket from 2.8 on; the older store earlier
-    options = {} if _torch_version() >= (2, 8) else {"use_libuv": False}
+    options = {} if torch_version() >= (2, 8) else {"use_libuv": False}
     try:
         return dist.TCPStore(host, port, world, is_master=True, timeout=timeout,
                              wait_for_workers=False, master_listen_fd=fd, **options)  # fmt: skip
@@ -135,7 +136,9 @@ def leave_group() -> None:
 
 
 def lost_contact(error: BaseException) -> bool:
-    """True if `error` says that this rank lost its peers (a timeout or a broken connection)."""
+    """True if `error` says that this rank lost its peers (a timeout or a broken connection).
+
+    Shown in lesson 7."""
     if isinstance(error, getattr(dist, "DistError", ())):  # DistBackendError, DistNetworkError
         return True
     text = str(error)

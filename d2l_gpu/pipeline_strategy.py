@@ -62,12 +62,16 @@ class LeNetStage(nn.Module):
 
 
 def layers_of(net: nn.Module) -> int:
-    """How many stages `net` can be cut into: one layer (or top-level part) each at most."""
+    """How many stages `net` can be cut into: one layer (or top-level part) each at most.
+
+    Shown in lesson 7 (`--strategy pipeline`)."""
     return 4 if isinstance(net, LeNet) else len(list(net.children()))
 
 
 def cut(net: nn.Module, stage: int, num_stages: int) -> nn.Module:
-    """Stage `stage` of `num_stages`: consecutive layers of `net`, sharing its parameters."""
+    """Stage `stage` of `num_stages`: consecutive layers of `net`, sharing its parameters.
+
+    Shown in lesson 7 (`--strategy pipeline`)."""
     n = layers_of(net)
     bounds = [round(k * n / num_stages) for k in range(num_stages + 1)]
     first, last = bounds[stage], bounds[stage + 1]

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from .distributed import torch_version
 from .models import LeNet, Residual, init_every_layer, resnet18
 
 __all__ = [
@@ -53,9 +54,7 @@ class TrainError(ValueError):
 def shard_indices(
     num_examples: int, batch_size: int, epoch: int, seed: int, rank: int, world_size: int
 ) -> torch.Tensor:
-    """Rank `rank`'s slice of every full global batch of `epoch`: (num_batches, batch/world).
-
-    Shown in lesson 7."""
+    """Rank `rank`'s slice of every full global batch of `epoch`: (num_batches, batch/world)."""
     g = torch.Generator().manual_seed(seed * 100_003 + epoch)  # same order on every rank
     order = torch.randperm(num_examples, generator=g)
     num_batches = num_examples // batch_size  # the last, incomplete global batch is dropped
@@ -64,7 +63,9 @@ def shard_indices(
 
 
 def check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
-    """Raise TrainError unless the global batch splits evenly and every rank gets examples."""
+    """Raise TrainError unless the global batch splits evenly and every rank gets examples.
+
+    Shown in lesson 7."""
     if world_size > num_examples:
         raise TrainError(
             f"{world_size} ranks but only {num_examples} training examples: every rank needs "
@@ -80,19 +81,16 @@ def check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
 
 
 def build_model(name: str, seed: int, device: torch.device, dtype=torch.float32) -> nn.Module:
-    """A freshly initialised 'lenet' or 'resnet18' on `device`, the same on every rank."""
+    """A freshly initialised 'lenet' or 'resnet18' on `device`, the same on every rank.
+
+    Shown in lesson 7."""
     torch.manual_seed(seed)
     net = LeNet(seed) if name == "lenet" else init_every_layer(resnet18())  # shapes on the CPU
     return net.to(device=device, dtype=dtype)
 
 
-def torch_version() -> tuple[int, int]:
-    """(major, minor) of the PyTorch in use."""
-    return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore
-
-
 def needs_torch(major: int, minor: int, what: str) -> None:
-    """Raise TrainError naming `what` unless PyTorch is at least major.minor."""
+    """Raise TrainError naming `what` unless PyTorch is at least major.minor (lesson 7)."""
     if torch_version() < (major, minor):
         raise TrainError(
             f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}"
@@ -235,7 +233,7 @@ def _like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline')."""
+    """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline'). Shown in lesson 7."""
     if name == "pipeline":
         return importlib.import_module(".pipeline_strategy", __package__).PipelineStrategy
     return {"ddp": Strategy, "fsdp": FSDPStrategy}[name]

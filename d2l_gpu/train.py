@@ -117,7 +117,9 @@ def _positive_float(text: str) -> float:
 
 
 def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
-    """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input)."""
+    """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input).
+
+    Shown in lesson 7."""
     p = argparse.ArgumentParser(
         prog=prog, description="Train on Fashion-MNIST on one process or many (under torchrun)."
     )
@@ -239,7 +241,10 @@ def train(cfg: TrainConfig) -> None:
     kind = strategy_class(cfg.strategy)
     kind.check(cfg, world)  # before joining the group: every rank fails alike, none waits
     check_sizes(cfg.batch_size, world if kind.splits_data else 1, len(data[1]))
-    device, backend = device_and_backend(local_rank, local_world, cfg.backend)
+    try:
+        device, backend = device_and_backend(local_rank, local_world, cfg.backend)
+    except ValueError as e:  # --backend nccl without a GPU per rank
+        raise TrainError(str(e)) from e
     if device.type == "cuda":
         torch.cuda.set_device(device)
         # deterministic convolutions: a resumed job must repeat the uninterrupted one exactly
@@ -252,7 +257,7 @@ def train(cfg: TrainConfig) -> None:
 
 
 def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
-    """Command-line entry point; returns the exit status.
+    """Command-line entry point; returns the exit status. Shown in lesson 7.
 
     0: done; 1: lost contact with the other ranks (torchrun may restart); 2: a job that cannot
     run as asked (bad flags, data or checkpoint), said in a sentence."""

@@ -73,6 +73,13 @@ def test_size_errors(lone, monkeypatch, capsys, world, extra, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA devices")
+def test_nccl_without_a_gpu_per_rank_refused(lone, capsys):
+    assert train.main([*ARGS, "--backend", "nccl", "--limit", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "NCCL needs a CUDA device per rank" in err and "Traceback" not in err
+
+
 def test_progress_bar_on_request(lone, capsys):
     assert train.main([*ARGS, "--epochs", "1", "--limit", "64", "--progress"]) == 0
     assert "epoch 1: 100%" in capsys.readouterr().err.replace("\r", "\n")
