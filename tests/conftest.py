@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -19,6 +20,12 @@ import pytest
 from d2l_gpu.distributed import free_port  # noqa: F401 - re-exported for the tests
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("D2L_GPU_BROWSER") != "1":
+    # Real-browser tests run only when asked (`make test-browser`): they need Chromium and
+    # minutes of CPU, so plain `pytest tests` does not even collect them. One conftest.py only:
+    # a second one (tests/browser/conftest.py) took the module name `conftest` from this one.
+    collect_ignore = ["browser"]
 
 
 def idx_bytes(array: np.ndarray, kind: str) -> bytes:
