@@ -11,7 +11,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 export D2L_GPU_LIVE_PLOTS ?= 0
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: setup setup-dev lessons test test-unit test-notebooks lab check format slides test-browser lock clean
+.PHONY: setup setup-dev lessons test test-unit test-unit-1thread test-notebooks lab check format slides test-browser stress gpu-report spread kernel lock clean
 
 setup: $(STAMP)
 
@@ -28,29 +28,44 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	@touch $@
 
 lessons: setup  ## execute every lesson headless into build/, then print a summary
-	$(PY) scripts/run_lessons.py
+	$(PY) scripts/run_lessons.py --markdown
 
-test: setup-dev test-unit test-notebooks  ## unit tests, then nbval over every lesson
+test: setup-dev test-unit test-notebooks  ## unit tests, then nbval over every lesson and solution
 
 test-unit: setup-dev
 	$(PY) -m pytest tests
 
+test-unit-1thread: setup-dev  ## the unit tests again on one thread (other CPU kernels, other rounding)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider tests
+
 test-notebooks: setup-dev
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
-	  -p no:cacheprovider notebooks
+	  -p no:cacheprovider notebooks $(wildcard solutions/*.ipynb)
 
 lab: setup  ## JupyterLab on the lessons
 	$(VENV)/bin/jupyter lab notebooks
 
+kernel: setup  ## register this environment as the Jupyter kernel "d2l-gpu" for your own Jupyter
+	$(PY) -m ipykernel install --user --name d2l-gpu --display-name "Python 3 (d2l-gpu)"
+
+stress: setup-dev  ## 40 two-rank torchrun jobs; prints how many exited non-zero (must be 0)
+	$(PY) scripts/stress_ddp.py
+
+gpu-report: setup-dev  ## on a machine with an accelerator: the acceptance run, build/gpu-report.md
+	$(PY) scripts/gpu_report.py
+
+spread: setup-dev  ## how much the "it learns" test figures vary here (seeds x options x threads)
+	$(PY) benchmarks/learning_spread.py
+
 check: setup-dev  ## lint and format check of .py and .ipynb, notebooks in normal form
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) scripts/nbtools.py check $(wildcard notebooks/*.ipynb)
+	$(PY) scripts/nbtools.py check $(wildcard notebooks/*.ipynb solutions/*.ipynb)
 
 format: setup-dev  ## ruff-format .py and .ipynb, then normalise the notebooks
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
-	$(PY) scripts/nbtools.py tidy $(wildcard notebooks/*.ipynb)
+	$(PY) scripts/nbtools.py tidy $(wildcard notebooks/*.ipynb solutions/*.ipynb)
 
 slides: setup-dev  ## offline reveal.js decks under build/slides (fetches reveal.js with npm once)
 	$(PY) scripts/make_slides.py

@@ -1,8 +1,11 @@
-"""Atomic checkpoints: write a temporary file, flush it to disk, then rename it over the old one.
+"""Atomic checkpoints, and the checks that make resuming safe (lesson 7).
 
-A reader sees either the old checkpoint or the new one, never a half-written file: `os.replace`
-is atomic on POSIX and Windows when both names are in the same folder. A writer killed mid-write
+A checkpoint is written to a temporary file, flushed to disk, then renamed over the old one: a
+reader sees either the old checkpoint or the new one, never a half-written file (`os.replace` is
+atomic on POSIX and Windows when both names are in the same folder). A writer killed mid-write
 leaves only a hidden temporary file (`.NAME.*.tmp`), which the next successful save removes.
+Before a job trains, `check_output` proves each output can be written; before it resumes,
+`check_checkpoint` compares the settings and `check_state_fits` the tensors with this job's.
 """
 
 from __future__ import annotations
@@ -15,23 +18,30 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from ._fs import sync_folder
 
 __all__ = [
     "CheckpointError",
     "check_checkpoint",
+    "check_optimizer_state",
+    "check_output",
+    "check_rng_states",
+    "check_state_fits",
     "get_rng_state",
     "load_checkpoint",
+    "resume",
     "save_atomic",
+    "save_checkpoint",
     "set_rng_state",
 ]
 
-FORMAT = 1  # bump when the layout of the checkpoint dictionary changes
+FORMAT = 2  # bump when the layout of the checkpoint dictionary changes (2: settings recorded)
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be read, or that belongs to another job."""
+    """A checkpoint that cannot be read or belongs to another job, or an output not writable."""
 
 
 def save_atomic(obj, path) -> Path:
@@ -56,44 +66,164 @@ def save_atomic(obj, path) -> Path:
     return path
 
 
-def load_checkpoint(path, map_location="cpu") -> dict | None:
-    """Return the checkpoint dictionary at `path`, or None when there is no file there."""
+def check_output(path, flag: str) -> None:
+    """Raise CheckpointError unless a file can be written at `path` (given as `flag`).
+
+    Shown in lesson 7."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"{flag} {str(path)!r} is a folder; give the path of a file in it, "
+            f"e.g. {flag} {str(path / ('ckpt.pt' if 'checkpoint' in flag else 'model.pt'))!r}"
+        )
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CheckpointError(
+            f"{flag} {str(path)!r} cannot be written ({e.strerror or e}): choose a folder you "
+            "can write to; nothing was trained"
+        ) from e
+
+
+def load_checkpoint(path, map_location="cpu") -> dict | None:
+    """Return the checkpoint dictionary at `path`, or None when there is no file there.
+
+    Shown in lesson 7."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"--checkpoint {str(path)!r} is a folder, not a checkpoint file; give the path of a "
+            f"file in it, e.g. --checkpoint {str(path / 'ckpt.pt')!r}"
+        )
     if not path.exists():
         return None
+    elsewhere = "or choose another --checkpoint path to start afresh"
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
         raise CheckpointError(
-            f"checkpoint {str(path)!r} cannot be read ({type(e).__name__}: {e}); "
-            "delete it to start from scratch"
+            f"checkpoint {str(path)!r} cannot be read ({type(e).__name__}: {e}); it was not "
+            f"written by this script or is damaged: move it away, {elsewhere}"
         ) from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("format"), int):
         raise CheckpointError(
-            f"{str(path)!r} is not a d2l_gpu.ddp checkpoint (format {FORMAT}); "
-            "delete it or choose another --checkpoint path"
+            f"{str(path)!r} is not a checkpoint of this training script: move it away, {elsewhere}"
+        )
+    if ckpt["format"] != FORMAT:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has format {ckpt['format']}, this version of d2l_gpu "
+            f"reads format {FORMAT}: resume it with the version that wrote it, {elsewhere}"
         )
     return ckpt
 
 
-def check_checkpoint(ckpt: dict, path, *, model: str, world_size: int) -> None:
-    """Raise CheckpointError unless `ckpt` was written by a job of this `model` and `world_size`."""
-    fix = f"delete {str(path)!r} or choose another --checkpoint path to start from scratch"
-    if ckpt["model"] != model:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} holds a {ckpt['model']} model, but this job trains "
-            f"{model}: resume with --model {ckpt['model']}, or {fix}"
+def check_checkpoint(
+    ckpt: dict, path, settings: dict, *, world_size: int, may_change=()
+) -> list[str]:
+    """Raise CheckpointError if `ckpt` is another job's; return notes on allowed changes.
+
+    Every setting in `settings` must equal the checkpoint's, except those in `may_change`,
+    which are listed in the notes. Shown in lesson 7."""
+    old = ckpt.get("settings", {})
+    differ = [k for k in settings if k not in may_change and old.get(k) != settings[k]]
+    if differ:
+        listed = "; ".join(
+            f"--{k.replace('_', '-')} {old.get(k)} (now {settings[k]})" for k in differ
         )
-    if ckpt["world_size"] != world_size:
         raise CheckpointError(
-            f"checkpoint {str(path)!r} was written by a job of world size {ckpt['world_size']}, "
-            f"but this job has world size {world_size}: relaunch with {ckpt['world_size']} "
-            f"processes in all, or {fix}"
+            f"checkpoint {str(path)!r} belongs to a job with other settings: {listed}. Resume "
+            "with the checkpoint's settings, or start afresh with another --checkpoint path"
         )
+    if ckpt.get("world_size") != world_size:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was written by a job of world size "
+            f"{ckpt.get('world_size')}, but this job has world size {world_size}: relaunch with "
+            f"{ckpt.get('world_size')} processes in all, or start afresh with another "
+            "--checkpoint path"
+        )
+    return [
+        f"--{k.replace('_', '-')} {settings[k]} (the checkpoint's job had {old.get(k)})"
+        for k in may_change
+        if k in settings and old.get(k) != settings[k]
+    ]
+
+
+def check_state_fits(state, reference: dict, path, what: str = "model") -> None:
+    """Raise CheckpointError unless `state` has the keys, shapes and dtypes of `reference`.
+
+    Shown in lesson 7."""
+    where = f"checkpoint {str(path)!r}"
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{where} holds no {what} state (found {type(state).__name__})")
+    missing, extra = sorted(set(reference) - set(state)), sorted(set(state) - set(reference))
+    problems = [f"missing {', '.join(missing[:5])}"] if missing else []
+    problems += [f"unexpected {', '.join(extra[:5])}"] if extra else []
+    for k in sorted(set(reference) & set(state)):
+        ref, got = reference[k], state[k]
+        if not isinstance(got, torch.Tensor):
+            problems.append(f"{k} is a {type(got).__name__}, not a tensor")
+        elif got.shape != ref.shape or got.dtype != ref.dtype:
+            problems.append(
+                f"{k} is {got.dtype} {tuple(got.shape)}, the model needs {ref.dtype} "
+                f"{tuple(ref.shape)}"
+            )
+    if problems:
+        raise CheckpointError(
+            f"{where}: its {what} tensors do not fit this model ({'; '.join(problems[:5])}); "
+            "it was written for another model, or is damaged: start afresh with another "
+            "--checkpoint path"
+        )
+
+
+def check_optimizer_state(state, param_names, path) -> None:
+    """Raise CheckpointError unless `state` is an optimizer state over exactly `param_names`.
+
+    Shown in lesson 7."""
+    try:
+        named = [n for g in state["param_groups"] for n in g["params"]]
+        ok = sorted(named) == sorted(param_names) and isinstance(state["state"], dict)
+        ok = ok and all(isinstance(g["lr"], float) for g in state["param_groups"])
+        ok = ok and set(state["state"]) <= set(param_names)
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: its optimizer state does not fit this model's "
+            "parameters; it is damaged: start afresh with another --checkpoint path"
+        )
+
+
+def check_rng_states(states, world_size: int, path) -> None:
+    """Raise CheckpointError unless `states` holds one get_rng_state result per rank.
+
+    Shown in lesson 7."""
+    if not isinstance(states, list) or len(states) != world_size:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} holds no random-number state per rank; it is damaged: "
+            "start afresh with another --checkpoint path"
+        )
+    size = torch.get_rng_state().shape
+    for state in states:
+        try:
+            good = isinstance(state["torch"], torch.Tensor) and state["torch"].shape == size
+            good = good and isinstance(state["python"], tuple)
+        except (KeyError, TypeError):
+            good = False
+        if not good:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} holds no valid random-number state; it is damaged: "
+                "start afresh with another --checkpoint path"
+            )
 
 
 def get_rng_state(device: torch.device) -> dict:
-    """This process's random number generator states (Python, torch CPU and the CUDA device)."""
+    """This process's random number generator states (Python, torch CPU and the CUDA device).
+
+    Shown in lesson 7."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
@@ -101,8 +231,56 @@ def get_rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
-    """Restore states returned by get_rng_state."""
+    """Restore states returned by get_rng_state. Shown in lesson 7."""
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def resume(cfg, net, rank: int, world: int) -> dict | None:
+    """The checkpoint of job `cfg` (a TrainConfig) for `net` on every rank, or None.
+
+    Shown in lesson 7. Rank 0 checks that the outputs can be written, reads the checkpoint,
+    checks its settings, tensors and states, and broadcasts the outcome: every rank gets the
+    checkpoint, or every rank raises the same CheckpointError (none waits forever)."""
+    payload = [None]
+    if rank == 0:
+        try:
+            for path, flag in ((cfg.checkpoint, "--checkpoint"), (cfg.save, "--save")):
+                if path:
+                    check_output(path, flag)
+            ckpt = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
+            if ckpt is not None:
+                settings = cfg.settings()
+                notes = check_checkpoint(
+                    ckpt, cfg.checkpoint, settings, world_size=world, may_change=cfg.MAY_CHANGE
+                )
+                check_state_fits(ckpt.get("model_state"), net.state_dict(), cfg.checkpoint)
+                names = [name for name, _ in net.named_parameters()]
+                check_optimizer_state(ckpt.get("optimizer_state"), names, cfg.checkpoint)
+                check_rng_states(ckpt.get("rng"), world, cfg.checkpoint)
+                ckpt["notes"] = notes
+            payload = [("ok", ckpt)]
+        except CheckpointError as e:
+            payload = [("error", str(e))]
+    dist.broadcast_object_list(payload, src=0)  # every rank fails together, none hangs
+    status, value = payload[0]
+    if status == "error":
+        raise CheckpointError(value)
+    return value
+
+
+def save_checkpoint(cfg, strategy, epoch: int, rank: int, world: int, device) -> None:
+    """Gather the full states and every rank's RNG state; rank 0 writes them atomically to
+    cfg.checkpoint; all ranks wait until it is on disk. Shown in lesson 7."""
+    rng = [None] * world
+    dist.all_gather_object(rng, get_rng_state(device))
+    model_state, optimizer_state = strategy.model_state(), strategy.optimizer_state()
+    if rank == 0:
+        ckpt = {"format": FORMAT, "settings": cfg.settings(), "world_size": world,
+                "epoch": epoch, "model_state": model_state, "optimizer_state": optimizer_state,
+                "rng": rng}  # fmt: skip
+        save_atomic(ckpt, cfg.checkpoint)
+        print(f"saved checkpoint (epoch {epoch}) to {cfg.checkpoint}", flush=True)
+    dist.barrier()  # a rank that dies after this point cannot lose this epoch

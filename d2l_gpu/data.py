@@ -9,7 +9,9 @@ gzipped or raw IDX):
   5. a download from MIRROR (the variable D2L_GPU_MIRROR overrides it) into that cache.
 Every file is parsed strictly (magic numbers, sizes, label range). The SHA-256 of the decompressed
 content is checked against SHA256 for the sources this module vouches for (SYSTEM_DIR, the cache,
-downloads); files you point at yourself (root, D2L_GPU_DATA) are checked only with verify=True.
+downloads), and so is the number of examples (EXAMPLES) announced by each file's header; files you
+point at yourself (root, D2L_GPU_DATA) are checked only with verify=True. A gzipped file is inflated
+in bounded memory: never past the size its header announces (see d2l_gpu.idx).
 Parsed tensors are cached in-process, so loading again in a notebook is instant; treat the tensors
 of read_fashion_mnist (and DataIter.X on CPU, which shares them) as read-only.
 """
@@ -18,18 +20,17 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import os
-import struct
+import stat
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
+from .batches import DataIter, check_device, is_int, positive_int, resize_size
 from .devices import profile
-from .download import DataError, cache_dir, check_sha256, download, read_bytes
+from .download import DataError, cache_dir, download, remove_stale_parts
+from .idx import IMAGE_SHAPE, parse_idx, read_idx
 
 __all__ = [
     "DataError",
@@ -58,9 +59,7 @@ SHA256 = {  # of the decompressed IDX content (`zcat file | sha256sum`): mirrors
 }
 QUICK_TRAIN_LIMIT = 10_000  # training examples kept in the quick profile when limit is not given
 QUICK_TEST_LIMIT = 2_000  # test examples kept in the quick profile when limit is not given
-IMAGE_SHAPE = (28, 28)
-NUM_CLASSES = 10
-_IDX = {"images": (0x00000803, 3), "labels": (0x00000801, 1)}  # magic number, number of dims
+EXAMPLES = {"train": 60_000, "test": 10_000}  # examples in each split of the vouched-for set
 
 
 def _how_to_get(mirror: str = MIRROR) -> str:
@@ -73,55 +72,60 @@ def _how_to_get(mirror: str = MIRROR) -> str:
     )
 
 
-def _bad_file(where, problem: str) -> DataError:
-    """A DataError saying what is wrong with a file and what to do about it."""
-    return DataError(
-        f"{where}: {problem}. Replace it with a good copy (delete it to have it downloaded again "
-        f"into the cache, or reinstall {DEBIAN_PACKAGE})."
-    )
-
-
-def parse_idx(data: bytes, kind: str, where: str | os.PathLike = "IDX data") -> np.ndarray:
-    """Parse IDX `data` of `kind` 'images' (N,28,28) or 'labels' (N,) into uint8, strictly."""
-    magic, ndim = _IDX[kind]
-    start = 4 + 4 * ndim
-    if len(data) < start:
-        raise _bad_file(where, f"truncated IDX header ({len(data)} bytes, need {start})")
-    got = int.from_bytes(data[:4], "big")
-    if got != magic:
-        raise _bad_file(where, f"not an IDX {kind} file (magic 0x{got:08x}, want 0x{magic:08x})")
-    dims = struct.unpack(f">{ndim}I", data[4:start])
-    if dims[0] == 0 or (kind == "images" and dims[1:] != IMAGE_SHAPE):
-        raise _bad_file(where, f"wrong dimensions {dims} for Fashion-MNIST {kind}")
-    size = start + math.prod(dims)
-    if len(data) != size:
-        problem = "truncated" if len(data) < size else "has extra bytes"
-        raise _bad_file(where, f"IDX file {problem}: {len(data)} bytes, header says {size}")
-    array = np.frombuffer(data, dtype=np.uint8, offset=start).reshape(dims).copy()
-    if kind == "labels" and array.max() >= NUM_CLASSES:
-        i = int(np.argmax(array >= NUM_CLASSES))
-        raise _bad_file(where, f"label {array[i]} at index {i} is outside 0..{NUM_CLASSES - 1}")
-    return array
-
-
 def _find_files(folder: Path) -> dict[str, Path]:
     """Map each file name present in `folder` to its path (raw IDX preferred to .gz)."""
     found = {}
     for name in FILES.values():
         for path in (folder / name, folder / f"{name}.gz"):
-            if path.is_file():
-                found[name] = path
-                break
+            try:
+                if stat.S_ISREG(path.stat().st_mode):
+                    found[name] = path
+                    break
+            except PermissionError:
+                raise _unreadable(folder) from None
+            except OSError:  # absent, or a path through a file
+                continue
     return found
+
+
+def _unreadable(folder: Path) -> DataError:
+    """A DataError saying that `folder` cannot be looked into, and what to do."""
+    return DataError(
+        f"cannot look into the folder {folder}: permission denied. Give your user read and search "
+        "access to it (for example chmod u+rx FOLDER, or ask its owner), or copy the files to a "
+        "folder you can read and pass that as root= (or set D2L_GPU_DATA to it)."
+    )
+
+
+def _is_dir(folder: Path) -> bool:
+    """True if `folder` is a folder; a DataError if its parent cannot be looked into."""
+    try:
+        return stat.S_ISDIR(folder.stat().st_mode)
+    except PermissionError:
+        raise _unreadable(folder.parent) from None
+    except OSError:
+        return False
+
+
+def _check_root(root) -> None:
+    """Refuse a `root` that is not a folder name: an empty one would mean the current folder."""
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be a folder (a str or path) or None, got {root!r}")
+    if root is not None and str(os.fspath(root)).strip() == "":
+        raise ValueError(
+            "root is empty: pass the folder that holds the Fashion-MNIST files, or None to use "
+            "D2L_GPU_DATA, the system copy or the download cache"
+        )
 
 
 def _resolve(root) -> tuple[Path, bool]:
     """Return (folder holding the four files, whether this module vouches for it)."""
+    _check_root(root)
     for given, what in ((root, "root"), (os.environ.get("D2L_GPU_DATA") or None, "D2L_GPU_DATA")):
         if given is None:
             continue
         folder = Path(given).expanduser()
-        if not folder.is_dir():
+        if not _is_dir(folder):
             raise DataError(
                 f"{what} {str(folder)!r} does not exist or is not a folder. {_how_to_get()}"
             )
@@ -130,6 +134,8 @@ def _resolve(root) -> tuple[Path, bool]:
             raise DataError(f"{what} {str(folder)!r} lacks {', '.join(missing)}. {_how_to_get()}")
         return folder, False
     cache = cache_dir("fashion-mnist")
+    for name in FILES.values():  # what downloads killed mid-way left behind
+        remove_stale_parts(cache / f"{name}.gz")
     for folder in (Path(SYSTEM_DIR), cache):
         if len(_find_files(folder)) == len(FILES):
             return folder, True
@@ -143,9 +149,17 @@ def _download_into(folder: Path) -> None:
     print(f"Downloading Fashion-MNIST from {mirror} into {folder}", file=sys.stderr)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        for name in FILES.values():
+        for key, name in FILES.items():
             if name not in _find_files(folder):
-                download(f"{mirror.rstrip('/')}/{name}.gz", folder / f"{name}.gz", SHA256[name])
+                url = f"{mirror.rstrip('/')}/{name}.gz"
+                split, kind = key.split("_")
+                n = EXAMPLES[split]
+                size = 16 + n * math.prod(IMAGE_SHAPE) if kind == "images" else 8 + n
+                advice = "Nothing was saved; try again, or use another mirror."
+                verify = functools.partial(
+                    read_idx, kind=kind, count=n, sha256=SHA256[name], where=url, advice=advice
+                )
+                download(url, folder / f"{name}.gz", verify, max_bytes=2 * size + (1 << 16))
     except (DataError, OSError) as e:
         raise DataError(f"Fashion-MNIST is not available: {e}\n{_how_to_get(mirror)}") from e
 
@@ -156,24 +170,27 @@ def fashion_mnist_dir(root: str | os.PathLike | None = None) -> Path:
 
 
 def read_fashion_mnist(root=None, *, verify: bool | None = None) -> dict[str, torch.Tensor]:
-    """Return the raw uint8 tensors {train_images (N,28,28), train_labels (N,), test_*}."""
+    """Return the raw uint8 tensors {train_images (N,28,28), train_labels (N,), test_*}.
+
+    Used by lesson 7's training script (python -m d2l_gpu.ddp).
+    """
     folder, vouched = _resolve(root)
     verify = vouched if verify is None else verify
     files = _find_files(folder)
     stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files.values())
-    checksums = tuple(sorted(SHA256.items())) if verify else None
-    return _load(str(folder.resolve()), stamp, checksums)
+    expected = (tuple(sorted(SHA256.items())), tuple(sorted(EXAMPLES.items()))) if verify else None
+    return _load(str(folder.resolve()), stamp, expected)
 
 
 @functools.lru_cache(maxsize=4)
-def _load(folder: str, stamp: tuple, checksums: tuple | None) -> dict[str, torch.Tensor]:
+def _load(folder: str, stamp: tuple, expected: tuple | None) -> dict[str, torch.Tensor]:
     """Read, check and parse the four files of `folder` (cached by folder, file stamps, checks)."""
     files, raw = _find_files(Path(folder)), {}
+    sha256, examples = (dict(e) for e in expected) if expected else ({}, {})
     for key, name in FILES.items():
-        data = read_bytes(files[name])
-        if checksums is not None:
-            check_sha256(data, dict(checksums)[name], files[name])
-        raw[key] = torch.from_numpy(parse_idx(data, key.split("_")[1], files[name]))
+        split, kind = key.split("_")
+        array = read_idx(files[name], kind, count=examples.get(split), sha256=sha256.get(name))
+        raw[key] = torch.from_numpy(array)
     for split in ("train", "test"):
         n, m = len(raw[f"{split}_images"]), len(raw[f"{split}_labels"])
         if n != m:
@@ -184,65 +201,21 @@ def _load(folder: str, stamp: tuple, checksums: tuple | None) -> dict[str, torch
     return raw
 
 
-def _check_positive_int(name: str, value) -> int:
-    """Return `value` as an int, or raise ValueError naming it unless it is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-class DataIter:
-    """Batches (X float32 (B,1,H,W) in [0,1], y int64) of uint8 images X held on one device."""
-
-    def __init__(self, X, y, batch_size, *, shuffle=False, resize=None, seed=0):
-        self.X, self.y = X, y  # uint8 (N,28,28) and int64 (N,), on the same device
-        self.batch_size, self.shuffle, self.resize, self.seed = batch_size, shuffle, resize, seed
-        self.device = X.device
-        self.epoch = 0  # epochs started so far; epoch e's order depends only on (seed, e)
-
-    def __len__(self):
-        return math.ceil(len(self.y) / self.batch_size)
-
-    def __iter__(self):
-        n, order = len(self.y), None
-        if self.shuffle:  # a new permutation each time, made on the CPU so every device agrees
-            mixed = np.random.SeedSequence([self.seed, self.epoch]).generate_state(1, np.uint64)
-            g = torch.Generator().manual_seed(int(mixed[0]))
-            order = torch.randperm(n, generator=g).to(self.device)
-        self.epoch += 1
-        return self._batches(n, order)
-
-    def _batches(self, n, order):
-        for i in range(0, n, self.batch_size):
-            idx = slice(i, i + self.batch_size) if order is None else order[i : i + self.batch_size]
-            X = self.X[idx].unsqueeze(1).to(torch.float32).div_(255)
-            if self.resize is not None:
-                shrink = self.resize[0] < X.shape[-2] or self.resize[1] < X.shape[-1]
-                X = F.interpolate(X, size=self.resize, mode="bilinear", antialias=shrink)
-                X = X.clamp_(0, 1)
-            yield X, self.y[idx]
-
-
-def _resize_size(resize) -> tuple[int, int] | None:
-    """Turn `resize` (None, int, or (h, w)) into None or (h, w), checking it."""
-    if resize is None:
-        return None
-    h, w = (resize, resize) if isinstance(resize, numbers.Integral) else tuple(resize)
-    return _check_positive_int("resize height", h), _check_positive_int("resize width", w)
-
-
 def load_data_fashion_mnist(
     batch_size, resize=None, *, root=None, limit=None, device=None, seed=None
 ) -> tuple[DataIter, DataIter]:
-    """Return (train_iter, test_iter) over Fashion-MNIST, the whole set held on `device`."""
-    batch_size = _check_positive_int("batch_size", batch_size)
-    limit = None if limit is None else _check_positive_int("limit", limit)
-    size = _resize_size(resize)
+    """Return (train_iter, test_iter) over Fashion-MNIST, the whole set held on `device`.
+
+    Shown in lessons 5 and 6.
+    """
+    batch_size = positive_int("batch_size", batch_size)
+    limit = None if limit is None else positive_int("limit", limit)
+    size = resize_size(resize)
     if seed is None:  # follow torch's global RNG, so torch.manual_seed makes runs repeatable
         seed = int(torch.randint(2**62, ()).item())
-    elif isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    elif not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
-    device = torch.device("cpu" if device is None else device)
+    device = check_device(device)  # before reading: a wrong device fails at once
     raw = read_fashion_mnist(root)
     n_train, n_test = len(raw["train_labels"]), len(raw["test_labels"])
     if limit is not None:

@@ -1,8 +1,11 @@
 """Compute devices: naming them, counting them, picking one, and the run profile.
 
-Device-agnostic: the current accelerator comes from ``torch.accelerator`` (CUDA, including
-ROCm builds, which appear as ``cuda``; Apple ``mps``; Intel ``xpu``), and DirectML from the
-optional ``torch_directml`` package when it is installed.  Nothing is queried at import time.
+Device-agnostic: from PyTorch 2.6 on, the current accelerator comes from ``torch.accelerator``
+(CUDA, including ROCm builds, which appear as ``cuda``; Apple ``mps``; Intel ``xpu``). Older
+PyTorch (2.4 and 2.5, which torch-directml needs) has no ``torch.accelerator``: there we ask
+``torch.cuda``, ``torch.backends.mps`` and ``torch.xpu`` in turn. DirectML comes from the optional
+``torch_directml`` package when it is installed; its devices are of type ``privateuseone``.
+Nothing is queried at import time. Shown in lesson 1.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import torch
 
 PROFILES = ("quick", "full", "auto")
+DIRECTML = "privateuseone"  # the device type that torch_directml registers
 
 INSTALL_HINT = (
     "To use an accelerator, install a PyTorch build for it (https://pytorch.org/get-started/"
@@ -25,11 +29,24 @@ INSTALL_HINT = (
 
 @functools.cache
 def _directml():
-    """The torch_directml module, or None when it is not installed."""
+    """The torch_directml module, or None when it is not installed or cannot load."""
     try:
         return importlib.import_module("torch_directml")
-    except ImportError:
+    except (ImportError, OSError):  # OSError: its Linux build outside WSL lacks libd3d12.so
         return None
+
+
+def _legacy_type() -> str | None:
+    """The accelerator type on a PyTorch without torch.accelerator (before 2.6), or None."""
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xpu"
+    return None
 
 
 def _accel_type() -> str | None:
@@ -37,8 +54,11 @@ def _accel_type() -> str | None:
     acc = getattr(torch, "accelerator", None)
     if acc is not None and acc.is_available():
         return acc.current_accelerator().type
+    kind = _legacy_type() if acc is None else None
+    if kind is not None:
+        return kind
     if _directml() is not None and _directml().is_available():
-        return "privateuseone"  # the device type DirectML registers
+        return DIRECTML
     return None
 
 
@@ -47,33 +67,40 @@ def _accel_count() -> int:
     kind = _accel_type()
     if kind is None:
         return 0
-    if kind == "privateuseone":
+    if kind == DIRECTML:
         return _directml().device_count()
-    return torch.accelerator.device_count()
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        return acc.device_count()
+    if kind == "mps":
+        return 1  # one Apple GPU; torch.mps.device_count() only exists in newer PyTorch
+    return getattr(torch, kind).device_count()
 
 
 def accelerator_type() -> str | None:
-    """Type of the current accelerator, e.g. 'cuda', 'mps' or 'xpu'; None on a CPU-only machine."""
+    """The accelerator's type ('cuda', 'mps', 'xpu', ...), None on a CPU. Shown in lesson 1."""
     return _accel_type()
 
 
 def cpu() -> torch.device:
-    """Return the CPU device."""
+    """Return the CPU device. Shown in lesson 1."""
     return torch.device("cpu")
 
 
 def gpu(i: int = 0) -> torch.device:
-    """Name device i of the current accelerator type ('cuda' where there is none); unchecked."""
+    """Name accelerator device i ('cuda' where there is none), unchecked. Shown in lesson 1."""
     return torch.device(f"{_accel_type() or 'cuda'}:{i}")
 
 
 def num_gpus() -> int:
-    """Return the number of accelerator devices (GPUs) available."""
+    """Return the number of accelerator devices (GPUs) available. Shown in lesson 1."""
     return _accel_count()
 
 
 def try_gpu(i: int = 0, *, required: bool = False) -> torch.device:
-    """Return gpu(i) if it exists, otherwise cpu() (or, with required=True, raise and say why)."""
+    """gpu(i) if it exists, else cpu() (required=True: raise, saying why). Shown in lesson 1."""
+    if i < 0:
+        raise ValueError(f"try_gpu({i}): devices are numbered from 0; give an index 0 or more")
     if num_gpus() >= i + 1:
         return gpu(i)
     if required:
@@ -86,19 +113,30 @@ def try_gpu(i: int = 0, *, required: bool = False) -> torch.device:
 
 
 def try_all_gpus() -> list[torch.device]:
-    """Return all accelerator devices, or [cpu()] if there is none."""
+    """Return all accelerator devices, or [cpu()] if there is none. Shown in lesson 1."""
     return [gpu(i) for i in range(num_gpus())] or [cpu()]
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
-    """Wait until every queued operation on `device` (default: the accelerator) has finished."""
+    """Wait for all work queued on `device` (default: the accelerator). Shown in lesson 3."""
     kind = torch.device(device).type if device is not None else _accel_type()
     if kind in (None, "cpu", "meta"):
         return
-    if kind == _accel_type() and kind != "privateuseone":
-        torch.accelerator.synchronize(device)
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and acc.is_available() and kind == acc.current_accelerator().type:
+        acc.synchronize(device)
+    elif kind == DIRECTML:
+        _read_back(device if device is not None else gpu(0))
+    elif kind == "mps":
+        torch.mps.synchronize()  # one device, no argument
     elif hasattr(getattr(torch, kind, None), "synchronize"):
-        getattr(torch, kind).synchronize()
+        getattr(torch, kind).synchronize(device)
+
+
+def _read_back(device: torch.device | str) -> None:
+    """Copy one value from `device` to the host: waits for the work queued on it before."""
+    # torch_directml has no synchronize(); its queue runs in order, so a read-back waits
+    torch.zeros((), device=device).item()
 
 
 def _device_lines(kind: str, i: int) -> list[str]:
@@ -131,8 +169,14 @@ def _device_lines(kind: str, i: int) -> list[str]:
     return lines
 
 
+def _directml_lines(i: int) -> list[str]:
+    """Name of DirectML device i (torch_directml tells no memory or capability)."""
+    name = _directml().device_name(i) or "DirectML device"
+    return [f"{gpu(i)}  {name} (DirectML; no torch.compile, autocast or distributed backend)"]
+
+
 def devices_report() -> str:
-    """Describe the machine's compute devices from PyTorch alone, like a portable nvidia-smi."""
+    """The compute devices as PyTorch sees them, a portable nvidia-smi. Shown in lesson 1."""
     lines = [f"PyTorch {torch.__version__}; CPU: {os.cpu_count()} logical cores (device 'cpu')"]
     kind, n = _accel_type(), num_gpus()
     if n == 0:
@@ -141,12 +185,12 @@ def devices_report() -> str:
         return "\n".join(lines)
     lines.append(f"{n} accelerator device(s) of type '{kind}':")
     for i in range(n):
-        lines += _device_lines(kind, i) if kind != "privateuseone" else [f"{gpu(i)}  DirectML"]
+        lines += _device_lines(kind, i) if kind != DIRECTML else _directml_lines(i)
     return "\n".join(lines)
 
 
 def profile() -> str:
-    """Return the run profile, 'full' or 'quick', from D2L_GPU_PROFILE=quick|full|auto."""
+    """The run profile, 'full' or 'quick', from D2L_GPU_PROFILE. Shown in lesson 1."""
     value = os.environ.get("D2L_GPU_PROFILE", "auto").strip().lower() or "auto"
     if value not in PROFILES:
         raise ValueError(
@@ -159,12 +203,12 @@ def profile() -> str:
 
 
 def by_profile(quick, full):
-    """Return `quick` or `full`, whichever matches the current profile."""
+    """Return `quick` or `full`, whichever matches the current profile. Shown in lesson 1."""
     return full if profile() == "full" else quick
 
 
 def describe_profile() -> str:
-    """One line saying which profile this run uses and why."""
+    """One line saying which profile this run uses and why. Shown in lesson 1."""
     setting = os.environ.get("D2L_GPU_PROFILE", "auto") or "auto"
     p = profile()
     if setting.strip().lower() != "auto":

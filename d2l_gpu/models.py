@@ -1,25 +1,88 @@
-"""Models of the multi-GPU chapters: ResNet-18 (with Residual blocks) and a functional LeNet."""
+"""Models of the multi-GPU chapters: ResNet-18 (with Residual blocks) and a functional LeNet.
+
+Shown in lessons 5 (lenet, lenet_params, LeNet), 6 (resnet18, resnet_block, Residual,
+materialize, has_lazy, init_weights, init_every_layer) and 7 (LeNet under DDP).
+"""
 
 from __future__ import annotations
 
+import inspect
+
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 
-class Residual(nn.Module):
-    """The Residual block of ResNet models."""
+def _form_1_0(num_channels, use_1x1conv=False, strides=1):
+    """Residual's d2l 1.0 signature: lazy layers, input channels found at the first call."""
 
-    def __init__(self, num_channels: int, use_1x1conv: bool = False, strides: int = 1):
+
+def _form_0_17(input_channels, num_channels, use_1x1conv=False, strides=1):
+    """Residual's d2l 0.17 (and Chinese edition) signature: input channels given."""
+
+
+def _residual_args(args: tuple, kwargs: dict) -> dict:
+    """Bind Residual's arguments to the 0.17 form (two leading integers) or the 1.0 form."""
+    second = args[1] if len(args) > 1 else None
+    old = (
+        "input_channels" in kwargs
+        or (isinstance(second, int) and not isinstance(second, bool))
+        or (len(args) == 1 and "num_channels" in kwargs)
+    )
+    form = _form_0_17 if old else _form_1_0
+    try:
+        bound = inspect.signature(form).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(
+            f"Residual{_call_text(args, kwargs)}: {e}. Residual takes either the d2l 1.0 form "
+            "Residual(num_channels, use_1x1conv=False, strides=1) or the 0.17 form "
+            "Residual(input_channels, num_channels, use_1x1conv=False, strides=1)"
+        ) from None
+    bound.apply_defaults()
+    spec = dict(bound.arguments)
+    flag = spec["use_1x1conv"]
+    if not isinstance(flag, (bool, np.bool_)):
+        hint = " (two leading integers mean the 0.17 form)" if "use_1x1conv" not in kwargs else ""
+        raise TypeError(
+            f"Residual{_call_text(args, kwargs)}: use_1x1conv must be True or False, got "
+            f"{flag!r}{hint}"
+        )
+    return spec
+
+
+def _call_text(args: tuple, kwargs: dict) -> str:
+    """How the call was written, for error messages."""
+    return "(" + ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]) + ")"
+
+
+class Residual(nn.Module):
+    """The Residual block of ResNet models, in either edition's signature.
+
+    `Residual(num_channels, use_1x1conv=False, strides=1)` is d2l 1.0's (lazy layers);
+    `Residual(input_channels, num_channels, use_1x1conv=False, strides=1)` is 0.17's and the
+    Chinese edition's (eager layers): two leading integers mean the 0.17 form, so
+    `Residual(3, 3)` maps 3 channels to 3 with an identity shortcut. Shown in lesson 6.
+    """
+
+    def __init__(self, *args, **kwargs):
         super().__init__()
-        self.conv1 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1, stride=strides)
-        self.conv2 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1)
-        if use_1x1conv:
-            self.conv3 = nn.LazyConv2d(num_channels, kernel_size=1, stride=strides)
+        spec = _residual_args(args, kwargs)
+        c_in, c, strides = spec.get("input_channels"), spec["num_channels"], spec["strides"]
+
+        def conv(in_channels, **options):
+            if in_channels is None:
+                return nn.LazyConv2d(c, **options)
+            return nn.Conv2d(in_channels, c, **options)
+
+        self.conv1 = conv(c_in, kernel_size=3, padding=1, stride=strides)
+        self.conv2 = conv(None if c_in is None else c, kernel_size=3, padding=1)
+        if spec["use_1x1conv"]:
+            self.conv3 = conv(c_in, kernel_size=1, stride=strides)
         else:
             self.conv3 = None
-        self.bn1 = nn.LazyBatchNorm2d()
-        self.bn2 = nn.LazyBatchNorm2d()
+        self.bn1 = nn.LazyBatchNorm2d() if c_in is None else nn.BatchNorm2d(c)
+        self.bn2 = nn.LazyBatchNorm2d() if c_in is None else nn.BatchNorm2d(c)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         Y = F.relu(self.bn1(self.conv1(X)))

@@ -6,6 +6,7 @@ Shown in lessons 6 and 8.
 from __future__ import annotations
 
 import copy
+import platform
 import statistics
 from collections.abc import Callable
 
@@ -84,3 +85,15 @@ def peak_tflops(device, low_precision: bool = True) -> float | None:
         if key in name:
             return low if low_precision else fp32
     return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name, e.g. 'Intel(R) Xeon(R) ...', for reports of what measured what."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:  # Linux
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"

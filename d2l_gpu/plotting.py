@@ -1,9 +1,13 @@
-"""Plotting with the book's helpers: set_figsize, plot, show_images and a live Animator."""
+"""Plotting with the book's helpers: set_figsize, plot, show_images, Animator, ProgressBoard."""
 
 from __future__ import annotations
 
-import os
-import time
+from collections import OrderedDict, namedtuple
+
+from ._live import LiveFigure
+from .hparams import HyperParameters
+
+Point = namedtuple("Point", ["x", "y"])  # a drawn point of ProgressBoard.data
 
 
 def _pyplot():
@@ -93,20 +97,13 @@ def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 
     return axes
 
 
-def _watched() -> bool:
-    """True when a person may be watching: inside a Jupyter kernel and live plots not turned off."""
-    if os.environ.get("D2L_GPU_LIVE_PLOTS", "1") == "0":
-        return False
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
-
-
 class Animator:
-    """For plotting data in animation; one final figure when nobody is watching."""
+    """For plotting data in animation: one figure per cell, redrawn in place, complete at the end.
+
+    In a notebook, redraws are throttled to one per `min_interval` seconds while a loop runs and
+    the final state is drawn when the cell ends, so `show()` is optional (see d2l_gpu._live).
+    Shown in lessons 5 and 6.
+    """
 
     def __init__(
         self,
@@ -127,17 +124,18 @@ class Animator:
         legend = legend or []
         plt = _pyplot()
         self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
-        plt.close(self.fig)  # shown only by add() or show(), never twice by the inline backend
+        plt.close(self.fig)  # shown only through the display handle, never twice by inline
         if nrows * ncols == 1:
             self.axes = [self.axes]
         self.config_axes = lambda: set_axes(
             self.axes[0], xlabel, ylabel, xlim, ylim, xscale, yscale, legend
         )
         self.title, self.fmts, self.X, self.Y = title, fmts, None, None
-        self.live, self.min_interval, self._last = _watched(), min_interval, 0.0
+        self._view = LiveFigure(self._render, min_interval)
+        self.live = self._view.live
 
     def add(self, x, y) -> None:
-        """Add multiple data points into the figure (redrawn live only when watched)."""
+        """Add multiple data points into the figure (a None in y skips that series)."""
         if not hasattr(y, "__len__"):
             y = [y]
         n = len(y)
@@ -151,9 +149,7 @@ class Animator:
             if a is not None and b is not None:
                 self.X[i].append(a)
                 self.Y[i].append(b)
-        if self.live and time.monotonic() - self._last >= self.min_interval:
-            self._display()
-            self._last = time.monotonic()
+        self._view.changed()
 
     def draw(self) -> None:
         """Redraw every series on the axes."""
@@ -164,19 +160,92 @@ class Animator:
         if self.title:
             self.axes[0].set_title(self.title, fontsize="small")
 
-    def _display(self) -> None:
-        from IPython import display
-
+    def _render(self):
         self.draw()
-        display.display(self.fig)
-        display.clear_output(wait=True)
+        return self.fig
 
     def show(self) -> None:
-        """Display the final figure once (call after training)."""
-        self.draw()
-        try:
-            from IPython import display, get_ipython
-        except ImportError:
+        """Draw the figure now (in a notebook: display it, or update the one shown)."""
+        self._view.show()
+
+
+class ProgressBoard(HyperParameters):
+    """The book's board (d2l 1.0) that plots points in animation, averaged `every_n` at a time.
+
+    What Trainer.fit draws its curves on; `data[label]` holds the drawn Points. Same live
+    behaviour as Animator.
+    """
+
+    def __init__(
+        self,
+        xlabel=None,
+        ylabel=None,
+        xlim=None,
+        ylim=None,
+        xscale="linear",
+        yscale="linear",
+        ls=("-", "--", "-.", ":"),
+        colors=("C0", "C1", "C2", "C3"),
+        fig=None,
+        axes=None,
+        figsize=(3.5, 2.5),
+        display=True,
+    ):
+        self.save_hyperparameters()
+        self.raw_points: OrderedDict[str, list[Point]] = OrderedDict()
+        self.data: OrderedDict[str, list[Point]] = OrderedDict()
+        self._view = None  # made at the first point drawn, so unused boards cost nothing
+
+    def draw(self, x, y, label: str, every_n: int = 1) -> None:
+        """Add point (x, y) to line `label`; every `every_n` points, plot their mean."""
+        points = self.raw_points.setdefault(label, [])
+        line = self.data.setdefault(label, [])
+        points.append(Point(x, y))
+        if len(points) < max(1, int(every_n)):  # the book's every_n=0 never drew at all
             return
-        if get_ipython() is not None:
-            display.display(self.fig)
+        line.append(Point(_mean(p.x for p in points), _mean(p.y for p in points)))
+        points.clear()
+        if not self.display:
+            return
+        if self._view is None:
+            self._view = LiveFigure(self._render)
+        self._view.changed()
+
+    def show(self) -> None:
+        """Draw the board now (in a notebook: display it, or update the one shown)."""
+        if self._view is None:
+            self._view = LiveFigure(self._render)
+        self._view.show()
+
+    def _render(self):
+        if self.axes is None:
+            if self.fig is None:
+                plt = _pyplot()
+                self.fig = plt.figure(figsize=self.figsize)
+                plt.close(self.fig)
+            self.axes = self.fig.add_subplot() if not self.fig.axes else self.fig.axes[0]
+        elif self.fig is None:
+            self.fig = self.axes.figure
+        ax = self.axes
+        ax.cla()
+        lines = []
+        for (label, pts), ls, color in zip(self.data.items(), self.ls, self.colors, strict=False):
+            (artist,) = ax.plot([p.x for p in pts], [p.y for p in pts], linestyle=ls, color=color)
+            lines.append((artist, label))
+        if self.xlim:
+            ax.set_xlim(self.xlim)
+        if self.ylim:
+            ax.set_ylim(self.ylim)
+        ax.set_xlabel(self.xlabel)
+        ax.set_ylabel(self.ylabel)
+        ax.set_xscale(self.xscale)
+        ax.set_yscale(self.yscale)
+        if lines:
+            ax.legend([a for a, _ in lines], [label for _, label in lines])
+        return self.fig
+
+
+def _mean(values) -> float:
+    """Mean of numbers or 0-d tensors, as a float (one device sync for tensors)."""
+    values = list(values)
+    return float(sum(values) / len(values))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 
@@ -81,21 +83,31 @@ def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> float:
 def evaluate_accuracy_gpu(
     net: Callable, data_iter: Iterable, device: torch.device | str | None = None
 ) -> float:
-    """Compute the accuracy for a model on a dataset using a GPU (one host sync at the end)."""
-    was_training = isinstance(net, nn.Module) and net.training
+    """Compute the accuracy for a model on a dataset using a GPU (one host sync at the end).
+
+    Like the book's: an nn.Module is put in eval mode and left there (every training loop calls
+    net.train() at the start of its next epoch; a net evaluated after training stays ready for
+    prediction), `device` defaults to that of the net's parameters, and X may be a list of
+    tensors (the book's BERT fine-tuning), each moved to `device`. Shown in lessons 5 and 6.
+    """
     if isinstance(net, nn.Module):
-        net.eval()
+        net.eval()  # Set the model to evaluation mode
         if device is None:
             device = next(iter(net.parameters())).device
     correct = total = None
     with torch.no_grad():
         for X, y in data_iter:
-            X, y = X.to(device), y.to(device)
-            hits = (net(X).argmax(dim=1) == y).sum()
+            if isinstance(X, (list, tuple)):
+                X = [x.to(device) for x in X]
+            else:
+                X = X.to(device)
+            y = y.to(device)
+            y_hat = net(X)
+            if y_hat.dim() > 1 and y_hat.shape[1] > 1:  # scores: the class is the argmax
+                y_hat = y_hat.argmax(dim=1)
+            hits = (y_hat.type(y.dtype) == y).sum()
             correct = hits if correct is None else correct + hits
             total = y.numel() if total is None else total + y.numel()
-    if was_training:
-        net.train()
     if total is None:
         raise ValueError(
             "evaluate_accuracy_gpu got an empty data_iter: there is nothing to evaluate"
@@ -133,9 +145,28 @@ def data_parallel(net: nn.Module, devices) -> nn.Module:
     return nn.DataParallel(net, device_ids=ids)
 
 
-def amp_dtype(device) -> torch.dtype:
-    """bf16 where the device computes in it, else fp16 (which needs a GradScaler)."""
+def _autocast_available(kind: str) -> bool:
+    """Whether this PyTorch has autocast for device type `kind` (MPS only from 2.5 on)."""
+    if kind == "privateuseone":  # torch_directml accepts autocast but computes in float32
+        return False
+    check = getattr(torch.amp, "is_autocast_available", None)
+    return check(kind) if check is not None else kind in ("cpu", "cuda")
+
+
+def amp_dtype(device) -> torch.dtype | None:
+    """bf16 where the device computes in it, else fp16 (needs a GradScaler); None: no autocast.
+
+    None, with a warning, where this PyTorch has no autocast for the device (DirectML; MPS before
+    PyTorch 2.5): training there stays in float32. Shown in lesson 6.
+    """
     kind = torch.device(device).type
+    if not _autocast_available(kind):
+        warnings.warn(
+            f"PyTorch {torch.__version__} has no mixed precision (autocast) for '{kind}' "
+            "devices: training stays in float32",
+            stacklevel=2,
+        )
+        return None
     if kind == "cuda":
         # NVIDIA: bf16 from Ampere (8.x) on; ROCm builds report the AMD arch (9+), all with bf16
         native = torch.cuda.get_device_capability(device)[0] >= 8
@@ -154,7 +185,8 @@ def make_step(net, optimizer, loss, device, *, channels_last=False, amp=False, s
         X = X.to(device, non_blocking=True).contiguous(memory_format=fmt)
         y = y.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        # no autocast at all without amp: PyTorch 2.4 rejects even a disabled one on MPS
+        with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
             l = loss(net(X), y)
         if scaler is not None:
             scaler.scale(l).backward()

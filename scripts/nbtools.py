@@ -3,9 +3,12 @@
     python scripts/nbtools.py tidy FILES    # rewrite each notebook in normal form
     python scripts/nbtools.py check FILES   # exit 1 listing every problem found
 
-Normal form: nbformat 4.5, a stable id on every cell, no stray metadata (only `tags` and
-`slideshow` on cells; only `kernelspec` and `language_info.name` on the notebook), outputs
-kept, execution counts 1..n over the executed code cells in order.
+Normal form: nbformat 4.5, a stable id on every cell, no stray metadata (only `tags`,
+`slideshow` and `nbval_ignore_reason` on cells; only `kernelspec` and `language_info.name` on
+the notebook), outputs kept, execution counts 1..n over the executed code cells in order.
+A file that is not a notebook in shape (a list, a cell that is a string, metadata of the wrong
+type) is reported and left alone; the other files are still checked or tidied. Tidy writes
+through a temporary file and a rename, so a failed write leaves the notebook as it was.
 """
 
 from __future__ import annotations
@@ -21,10 +24,71 @@ from pathlib import Path
 import nbformat
 from nbformat.validator import normalize
 
+from d2l_gpu._fs import write_atomic
+
 CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason")  # the reason: why not compared
 NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info")
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class NotebookError(ValueError):
+    """A file that tidy must leave alone: unreadable, not a notebook in shape, or unwritable."""
+
+
+_NOTEBOOK_SHAPE = {"metadata": dict, "metadata.language_info": dict, "cells": list}
+_CELL_SHAPE = {  # key (dotted: inside objects; []: each item of a list) -> JSON type
+    "cell_type": str,
+    "id": str,
+    "metadata": dict,
+    "metadata.slideshow": dict,
+    "metadata.slideshow.slide_type": str,
+    "metadata.tags": list,
+    "metadata.tags[]": str,
+    "source": (str, list),
+    "source[]": str,
+    "outputs": list,
+    "outputs[]": dict,
+}
+_ABSENT = object()
+_JSON_TYPES = {bool: "a boolean", dict: "an object", list: "a list", str: "a string"}
+
+
+def _json_type(value) -> str:
+    """The JSON name of `value`'s type, with its article, for messages."""
+    kind = next((k for k in _JSON_TYPES if isinstance(value, k)), None)
+    return _JSON_TYPES.get(kind, "null" if value is None else "a number")
+
+
+def _wrong_types(obj: dict, shape: dict, required: tuple[str, ...]) -> list[str]:
+    """Each key of `shape` present in `obj` whose value has another JSON type; each key missing."""
+    out = [f"no {key!r}" for key in required if key not in obj]
+    for key, kinds in shape.items():
+        kinds, each = kinds if isinstance(kinds, tuple) else (kinds,), key.endswith("[]")
+        value = obj
+        for part in key.removesuffix("[]").split("."):
+            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
+        if value is _ABSENT or each and not isinstance(value, list):
+            continue  # absent, or its container's wrong type is reported under its own key
+        wrong = [v for v in (value if each else [value]) if not isinstance(v, kinds)]
+        if wrong:
+            what = f"an item of {key[:-2]}" if each else key
+            want = " or ".join(_JSON_TYPES[k] for k in kinds)
+            out.append(f"{what} is {_json_type(wrong[0])}, not {want}")
+    return out
+
+
+def shape_problems(nb) -> list[str]:
+    """What keeps the JSON `nb` from being a notebook that the other checks can look into."""
+    if not isinstance(nb, dict):
+        return [f"not a notebook: the file holds {_json_type(nb)}, not a JSON object"]
+    out = _wrong_types(nb, _NOTEBOOK_SHAPE, ("cells",))
+    for i, cell in enumerate(nb["cells"] if isinstance(nb.get("cells"), list) else []):
+        if not isinstance(cell, dict):
+            out.append(f"cell {i} is {_json_type(cell)}, not an object")
+        else:
+            out += [f"cell {i}: {p}" for p in _wrong_types(cell, _CELL_SHAPE, ("cell_type",))]
+    return out
 
 
 def _source(cell) -> str:
@@ -112,8 +176,10 @@ def load(path) -> dict:
 
 
 def problems(nb, text: str | None = None) -> list[str]:
-    """Every way notebook `nb` (raw JSON dict) falls short of the lesson rules."""
-    out = []
+    """Every way notebook `nb` (raw JSON) falls short of the lesson rules."""
+    out = shape_problems(nb)
+    if out:  # the checks below would look into parts that are not there
+        return out
     if (nb.get("nbformat"), nb.get("nbformat_minor")) != (4, 5):
         out.append(f"nbformat is {nb.get('nbformat')}.{nb.get('nbformat_minor')}, not 4.5")
     try:
@@ -166,22 +232,40 @@ def problems(nb, text: str | None = None) -> list[str]:
     return out
 
 
+def _read(path) -> tuple[str, object]:
+    """The text of notebook file `path` and its JSON, or NotebookError saying why not."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        return text, json.loads(text)
+    except (OSError, ValueError) as e:
+        raise NotebookError(f"cannot read: {e}") from None
+
+
 def check_file(path) -> list[str]:
     """Problems of the notebook file at `path`."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-        nb = json.loads(text)
-    except (OSError, ValueError) as e:
-        return [f"cannot read: {e}"]
-    return problems(nb, text)
+        return problems(*reversed(_read(path)))
+    except NotebookError as e:
+        return [str(e)]
+    except Exception as e:  # noqa: BLE001 - a shape no check foresaw: report it, go on
+        return [f"cannot be checked ({type(e).__name__}: {e}); is it a notebook?"]
 
 
 def tidy_file(path) -> bool:
-    """Rewrite `path` in normal form; return True if it changed."""
-    text = Path(path).read_text(encoding="utf-8")
-    new = dumps(tidy(json.loads(text)))
+    """Rewrite `path` in normal form, atomically; return True if it changed, else NotebookError."""
+    text, nb = _read(path)
+    shape = shape_problems(nb)
+    if shape:
+        raise NotebookError("; ".join(shape))
+    try:
+        new = dumps(tidy(nb))
+    except Exception as e:  # noqa: BLE001 - a shape no check foresaw
+        raise NotebookError(f"cannot be tidied ({type(e).__name__}: {e})") from None
     if new != text:
-        Path(path).write_text(new, encoding="utf-8")
+        try:
+            write_atomic(path, new)
+        except OSError as e:
+            raise NotebookError(f"cannot write it ({e.strerror or e}); it is unchanged") from None
     return new != text
 
 
@@ -194,7 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for f in files:
         if cmd == "tidy":
-            print(f"{'tidied' if tidy_file(f) else 'unchanged'}: {f}")
+            try:
+                print(f"{'tidied' if tidy_file(f) else 'unchanged'}: {f}")
+            except NotebookError as e:
+                bad += 1
+                print(f"not tidied: {f}: {e}")
             continue
         found = check_file(f)
         bad += bool(found)

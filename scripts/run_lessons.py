@@ -1,20 +1,25 @@
 """Execute lesson notebooks headless and summarise them.
 
-    python scripts/run_lessons.py [--inplace] [--profile quick|full|auto] [--timeout S] [NB ...]
+    python scripts/run_lessons.py [--inplace] [--markdown] [--profile quick|full|auto]
+                                  [--timeout S] [NB ...]
 
 Without NB, runs every notebooks/[0-9][0-9]-*.ipynb in order. Each notebook runs top to
 bottom in a fresh python3 kernel (this interpreter) with cwd = the notebook's folder and
 D2L_GPU_LIVE_PLOTS=0. The executed, tidied copy goes to build/lessons/<name>.ipynb, or back
 over the source with --inplace (only when it ran without error). Prints a table of lesson,
-status, seconds and key result (last output line of the cell tagged `key-result`), writes
-build/lessons/summary.json, and exits 1 if any notebook failed.
+status, seconds and key result (last output line of the cell tagged `key-result`); with
+--markdown, the same table in Markdown under a line naming the machine (CPU model, cores,
+accelerator, PyTorch), profile and date, as the README shows it. Writes both forms to
+build/lessons/summary.json and summary.md, and exits 1 if any notebook failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -23,10 +28,12 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]  # nbtools, and d2l_gpu from this checkout
 from nbtools import dumps, first_line, tidy  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from d2l_gpu._fs import write_atomic  # noqa: E402
+
 OUT = ROOT / "build" / "lessons"
 
 
@@ -87,7 +94,7 @@ def run_one(path: Path, timeout: int, inplace: bool) -> dict:
     text = dumps(tidy(nb))
     target = path if inplace and error is None else OUT / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    write_atomic(target, text)  # over a lesson with --inplace: never half-written
     return {
         "lesson": path.stem,
         "status": "ok" if error is None else "FAILED",
@@ -98,10 +105,60 @@ def run_one(path: Path, timeout: int, inplace: bool) -> dict:
     }
 
 
+def machine(profile: str | None = None) -> dict:
+    """What ran the lessons: date, CPU model and cores, accelerator, PyTorch, profile."""
+    import torch
+
+    from d2l_gpu import devices, perf
+
+    n, kind = devices.num_gpus(), devices.accelerator_type()
+    accelerator = "none"
+    if n:
+        name = torch.cuda.get_device_name(0) if kind == "cuda" else kind
+        accelerator = f"{n} x {name} ({kind})"
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpu": perf.cpu_name(),
+        "cores": os.cpu_count(),
+        "accelerator": accelerator,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "profile": profile or devices.profile(),
+    }
+
+
+def markdown(rows: list[dict], info: dict) -> str:
+    """The per-lesson table in Markdown, under a line saying which machine produced it."""
+    acc = "no accelerator" if info["accelerator"] == "none" else info["accelerator"]
+    lines = [
+        f"Run by `scripts/run_lessons.py` on {info['date']}: {info['cpu']} ({info['cores']} "
+        f"cores), {acc}, PyTorch {info['torch']}, profile {info['profile']}.",
+        "",
+        "| lesson | status | seconds | key result |",
+        "| --- | --- | ---: | --- |",
+    ]
+    for r in rows:
+        key = r["key_result"].replace("|", "\\|")
+        lines.append(f"| {r['lesson']} | {r['status']} | {r['seconds']:.1f} | {key} |")
+    return "\n".join(lines) + "\n"
+
+
+def plain(rows: list[dict]) -> str:
+    """The per-lesson table as aligned plain text."""
+    width = max(len(r["lesson"]) for r in rows)
+    lines = [f"{'lesson':<{width}}  status  seconds  key result"]
+    for r in rows:
+        lines.append(
+            f"{r['lesson']:<{width}}  {r['status']:<6}  {r['seconds']:>7.1f}  {r['key_result']}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--inplace", action="store_true", help="write back over the sources")
+    parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--profile", choices=["quick", "full", "auto"])
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     args = parser.parse_args(argv)
@@ -128,12 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         if rows[-1]["error"]:
             print(f"  FAILED {path.name}: {rows[-1]['error']}", flush=True)
 
+    info = machine()
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "summary.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    width = max(len(r["lesson"]) for r in rows)
-    print(f"\n{'lesson':<{width}}  status  seconds  key result")
-    for r in rows:
-        print(f"{r['lesson']:<{width}}  {r['status']:<6}  {r['seconds']:>7.1f}  {r['key_result']}")
+    summary = {"machine": info, "lessons": rows}
+    write_atomic(OUT / "summary.json", json.dumps(summary, indent=1) + "\n")
+    write_atomic(OUT / "summary.md", markdown(rows, info))
+    print("\n" + (markdown(rows, info) if args.markdown else plain(rows)))
     failed = [r for r in rows if r["error"]]
     for r in failed:
         print(f"FAILED {r['lesson']}: {r['error']}  (executed copy: {r['output']})")

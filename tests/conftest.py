@@ -1,4 +1,5 @@
-"""Shared test helpers: the project root, free ports, and small Fashion-MNIST-format IDX files.
+"""Shared test helpers: the project root, free ports, and small Fashion-MNIST-format IDX files
+(random ones from write_idx; FAKE, whose image i has pixel (0, 0) == i, from write_files).
 
 `pythonpath` in pyproject.toml puts the project root and scripts/ on sys.path, so tests import
 `d2l_gpu` from this checkout and the scripts (`nbtools`, ...) as modules.
@@ -6,7 +7,11 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import os
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +20,12 @@ import pytest
 from d2l_gpu.distributed import free_port  # noqa: F401 - re-exported for the tests
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("D2L_GPU_BROWSER") != "1":
+    # Real-browser tests run only when asked (`make test-browser`): they need Chromium and
+    # minutes of CPU, so plain `pytest tests` does not even collect them. One conftest.py only:
+    # a second one (tests/browser/conftest.py) took the module name `conftest` from this one.
+    collect_ignore = ["browser"]
 
 
 def idx_bytes(array: np.ndarray, kind: str) -> bytes:
@@ -45,3 +56,82 @@ def root() -> Path:
 def small_data(tmp_path_factory) -> Path:
     """A folder with a small random Fashion-MNIST (256 training, 64 test images), per module."""
     return write_idx(tmp_path_factory.mktemp("fashion-mnist"))
+
+
+# --- a tiny Fashion-MNIST whose examples say who they are (tests of the data layer) -------------
+
+N_TRAIN, N_TEST = 50, 20
+
+
+def fake_fashion(n_train: int = N_TRAIN, n_test: int = N_TEST) -> dict[str, bytes]:
+    """IDX content (file name -> bytes) of a tiny Fashion-MNIST; image i has pixel (0, 0) == i."""
+    rng = np.random.default_rng(0)
+    content = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        images[:, 0, 0] = np.arange(n)
+        images[0, 1, :2] = (0, 255)  # make sure both ends of the range occur
+        content[f"{prefix}-images-idx3-ubyte"] = idx_bytes(images, "images")
+        content[f"{prefix}-labels-idx1-ubyte"] = idx_bytes(np.arange(n) % 10, "labels")
+    return content
+
+
+FAKE = fake_fashion()
+
+
+def write_files(folder: Path, content: dict = FAKE, gz: bool = True, skip=()) -> Path:
+    """Write IDX `content` (gzipped or raw) into `folder`, leaving out the names in `skip`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in content.items():
+        if name not in skip:
+            path = folder / (f"{name}.gz" if gz else name)
+            path.write_bytes(gzip.compress(body) if gz else body)
+    return folder
+
+
+@pytest.fixture
+def data_env(tmp_path, monkeypatch):
+    """No data source but the ones a test makes: cache in tmp_path/xdg-cache, full profile, no
+    proxies, and FAKE's checksums and sizes vouched for in place of the real set's."""
+    from d2l_gpu import data
+
+    for var in ("D2L_GPU_DATA", "D2L_GPU_MIRROR", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("D2L_GPU_PROFILE", "full")
+    monkeypatch.setattr(data, "SYSTEM_DIR", tmp_path / "no-system-dir")
+    sums = {name: hashlib.sha256(body).hexdigest() for name, body in FAKE.items()}
+    monkeypatch.setattr(data, "SHA256", sums)
+    monkeypatch.setattr(data, "EXAMPLES", {"train": N_TRAIN, "test": N_TEST})
+    return tmp_path / "xdg-cache" / "d2l_gpu" / "fashion-mnist"
+
+
+def gzip_bomb(head: bytes, size: int) -> bytes:
+    """Gzip data that inflates to `head` then zeros, `size` bytes in all (made in little memory)."""
+    z, zeros, left = zlib.compressobj(9, zlib.DEFLATED, 31), bytes(1 << 20), size - len(head)
+    parts = [z.compress(head)]
+    while left > 0:
+        parts.append(z.compress(zeros[: min(left, len(zeros))]))
+        left -= len(zeros)
+    return b"".join(parts) + z.flush()
+
+
+def images_header(n: int) -> bytes:
+    """The IDX header of `n` Fashion-MNIST images."""
+    return struct.pack(">4I", 0x803, n, 28, 28)
+
+
+@pytest.fixture
+def fake_root(tmp_path) -> Path:
+    """A folder with FAKE, gzipped: a tiny valid Fashion-MNIST (50 train, 20 test images)."""
+    return write_files(tmp_path / "fake")
+
+
+@pytest.fixture
+def lone(small_data, monkeypatch):
+    """This process as a lone rank on the small data set."""
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

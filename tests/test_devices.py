@@ -1,50 +1,142 @@
-"""Device logic for 0, 1, 2 and 8 accelerators (queries patched), and the run profile."""
+"""Device logic on faked machines: 0, 1, 2 and 8 CUDA, XPU or DirectML devices (MPS: 0 or 1),
+asked through `torch.accelerator` (PyTorch 2.6+) and with it hidden (2.4 and 2.5); the profile.
+
+The fakes replace only PyTorch's queries (is_available, device_count, synchronize, ...), so the
+real code of d2l_gpu.devices decides everything.
+"""
+
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from d2l_gpu import devices
 
+KINDS = ["cuda", "xpu", "mps", "privateuseone"]
+CASES = [(kind, n) for kind in KINDS for n in ([0, 1] if kind == "mps" else [0, 1, 2, 8])]
+
 
 @pytest.fixture
-def fake_accelerators(monkeypatch):
-    """Pretend the machine has `n` accelerators of type `kind`."""
+def fake_machine(monkeypatch):
+    """fake(kind, n, api): a machine with n devices of `kind`; returns the list of sync calls.
 
-    def set_(n, kind="cuda"):
-        monkeypatch.setattr(devices, "_accel_type", lambda: kind if n else None)
-        monkeypatch.setattr(devices, "_accel_count", lambda: n)
+    api=True gives PyTorch a `torch.accelerator` (2.6+) that knows cuda, xpu and mps; api=False
+    removes it, as in PyTorch 2.4. DirectML is always the optional `torch_directml` module.
+    """
 
-    return set_
+    def fake(kind: str, n: int, api: bool) -> list:
+        calls = []
+        native = kind != "privateuseone" and n > 0  # what torch.accelerator would report
+        if api:
+            accelerator = SimpleNamespace(
+                is_available=lambda: native,
+                current_accelerator=lambda: torch.device(kind) if native else None,
+                device_count=lambda: n if native else 0,
+                synchronize=lambda device=None: calls.append(("accelerator", device)),
+            )
+            monkeypatch.setattr(torch, "accelerator", accelerator, raising=False)
+        else:
+            monkeypatch.delattr(torch, "accelerator", raising=False)
+        on = {k: kind == k and n > 0 for k in KINDS}
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: on["cuda"])
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n if on["cuda"] else 0)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: calls.append(("cuda", d)))
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: on["mps"])
+        monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append(("mps", None)))
+        xpu = SimpleNamespace(
+            is_available=lambda: on["xpu"],
+            device_count=lambda: n if on["xpu"] else 0,
+            synchronize=lambda d=None: calls.append(("xpu", d)),
+        )
+        monkeypatch.setattr(torch, "xpu", xpu, raising=False)
+        directml = SimpleNamespace(
+            is_available=lambda: on["privateuseone"],
+            device_count=lambda: n if on["privateuseone"] else 0,
+            device_name=lambda i: f"Fake DirectML GPU {i}",
+        )
+        installed = kind == "privateuseone"
+        monkeypatch.setattr(devices, "_directml", lambda: directml if installed else None)
+        monkeypatch.setattr(devices, "_read_back", lambda d: calls.append(("read back", d)))
+        return calls
+
+    return fake
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 8])
-def test_counts_and_choices(fake_accelerators, n):
-    fake_accelerators(n)
+@pytest.mark.parametrize("api", [True, False], ids=["torch.accelerator", "hidden"])
+@pytest.mark.parametrize("kind, n", CASES)
+def test_counts_and_choices(fake_machine, kind, n, api):
+    fake_machine(kind, n, api)
+    dev = [torch.device(kind, i) for i in range(n)]
     assert devices.num_gpus() == n
-    assert devices.try_gpu() == (torch.device("cuda:0") if n else torch.device("cpu"))
-    assert devices.try_gpu(7) == (torch.device("cuda:7") if n == 8 else torch.device("cpu"))
-    assert devices.try_gpu(8) == torch.device("cpu")
-    expected = [torch.device(f"cuda:{i}") for i in range(n)] or [torch.device("cpu")]
-    assert devices.try_all_gpus() == expected
+    assert devices.accelerator_type() == (kind if n else None)
+    assert devices.try_gpu() == (dev[0] if n else devices.cpu())
+    assert devices.try_gpu(max(n - 1, 0)) == (dev[-1] if n else devices.cpu())
+    assert devices.try_gpu(n) == devices.cpu()  # one past the last
+    assert devices.try_all_gpus() == (dev or [devices.cpu()])
+    assert devices.gpu(3) == torch.device(kind if n else "cuda", 3)  # named, not checked
 
 
-def test_no_accelerator_means_cpu_list_not_empty(fake_accelerators):
-    fake_accelerators(0)
-    assert devices.try_all_gpus() == [devices.cpu()]  # the book's docstring; its code returned []
+@pytest.mark.parametrize("api", [True, False], ids=["torch.accelerator", "hidden"])
+@pytest.mark.parametrize("kind, n", [c for c in CASES if c[1] > 0])
+def test_synchronize_waits_for_the_accelerator_only(fake_machine, kind, n, api):
+    calls = fake_machine(kind, n, api)
+    devices.synchronize("cpu")
+    devices.synchronize(torch.device("meta"))
+    assert calls == []  # nothing to wait for on the host
+    last = torch.device(kind, n - 1)
+    devices.synchronize()
+    devices.synchronize(last)
+    if kind == "privateuseone":  # torch_directml has no synchronize(): a value is read back
+        expected = [("read back", torch.device(kind, 0)), ("read back", last)]
+    elif api:
+        expected = [("accelerator", None), ("accelerator", last)]
+    elif kind == "mps":
+        expected = [("mps", None), ("mps", None)]  # torch.mps.synchronize takes no device
+    else:
+        expected = [(kind, None), (kind, last)]
+    assert calls == expected
 
 
-@pytest.mark.parametrize("kind", ["mps", "xpu", "cuda"])
-def test_gpu_names_follow_the_accelerator(fake_accelerators, kind):
-    fake_accelerators(1, kind)
-    assert devices.gpu() == torch.device(f"{kind}:0")
-    assert devices.gpu(3) == torch.device(f"{kind}:3")  # named, not checked
-    assert devices.try_gpu(3) == torch.device("cpu")  # checked
+@pytest.mark.parametrize("api", [True, False], ids=["torch.accelerator", "hidden"])
+def test_synchronize_without_accelerator_does_nothing(fake_machine, api):
+    calls = fake_machine("cuda", 0, api)
+    devices.synchronize()
+    devices.synchronize("cpu")
+    assert calls == []
 
 
-def test_gpu_names_cuda_without_accelerator(fake_accelerators):
-    fake_accelerators(0)
-    assert devices.gpu(1) == torch.device("cuda:1")
-    assert devices.accelerator_type() is None
+def test_negative_index_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"try_gpu\(-1\).*0 or more"):
+        devices.try_gpu(-1)
+
+
+def test_real_machine_with_torch_accelerator_hidden(monkeypatch):
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # as in PyTorch 2.4 and 2.5
+    n = devices.num_gpus()
+    assert len(devices.try_all_gpus()) == max(n, 1)
+    assert (devices.accelerator_type() is None) == (n == 0)
+    devices.synchronize()
+    assert devices.devices_report().startswith(f"PyTorch {torch.__version__}")
+
+
+@pytest.mark.parametrize("error", [ImportError, OSError])
+def test_directml_that_cannot_load_counts_as_absent(monkeypatch, error):
+    def fail(name):
+        raise error(f"{name}: libd3d12.so: cannot open shared object file")
+
+    monkeypatch.setattr(devices.importlib, "import_module", fail)
+    assert devices._directml.__wrapped__() is None  # torch-directml on Linux outside WSL
+
+
+def test_only_devices_py_names_torch_accelerator(root):
+    # any other module calling torch.accelerator would fail on PyTorch 2.4 (torch-directml)
+    users = sorted(
+        p.name
+        for p in Path(root, "d2l_gpu").glob("*.py")
+        if "torch.accelerator" in p.read_text(encoding="utf-8")
+    )
+    assert users == ["devices.py"]
 
 
 def test_real_machine_is_consistent():
@@ -53,26 +145,42 @@ def test_real_machine_is_consistent():
     assert (devices.accelerator_type() is None) == (n == 0)
 
 
-def test_report_without_accelerator(fake_accelerators):
-    fake_accelerators(0)
+def test_report_without_accelerator(fake_machine):
+    fake_machine("cuda", 0, api=False)
     text = devices.devices_report()
     assert "No accelerator found" in text and "CUDA build" in text and "torch-directml" in text
     assert f"PyTorch {torch.__version__}" in text
 
 
-def test_report_with_devices(fake_accelerators, monkeypatch):
-    fake_accelerators(2, "cuda")
-    monkeypatch.setattr(devices, "_device_lines", lambda kind, i: [f"{kind}:{i}  Fake GPU"])
+@pytest.mark.parametrize("hip", [None, "6.2"], ids=["nvidia", "rocm"])
+def test_report_with_two_cuda_devices(fake_machine, monkeypatch, hip):
+    fake_machine("cuda", 2, api=False)
+    props = SimpleNamespace(major=9, minor=0, multi_processor_count=132, gcnArchName="gfx942")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"Fake GPU {i}")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (60 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.version, "cuda", None if hip else "12.4")
     text = devices.devices_report()
     assert "2 accelerator device(s) of type 'cuda'" in text
-    assert "cuda:0  Fake GPU" in text and "cuda:1  Fake GPU" in text
+    assert "cuda:0  Fake GPU 0" in text and "cuda:1  Fake GPU 1" in text
+    assert text.count("memory: 80.0 GiB total, 60.0 GiB free") == 2
+    assert ("AMD ROCm 6.2, arch gfx942" if hip else "compute capability 9.0, CUDA 12.4") in text
+    assert "132 multiprocessors" in text
 
 
-def test_synchronize_is_a_no_op_for_cpu_and_meta(fake_accelerators):
-    fake_accelerators(0)
-    devices.synchronize()
-    devices.synchronize("cpu")
-    devices.synchronize(torch.device("meta"))
+def test_report_with_directml(fake_machine):
+    fake_machine("privateuseone", 2, api=False)
+    text = devices.devices_report()
+    assert "2 accelerator device(s) of type 'privateuseone'" in text
+    assert "privateuseone:1  Fake DirectML GPU 1 (DirectML" in text
+
+
+def test_report_with_mps(fake_machine, monkeypatch):
+    fake_machine("mps", 1, api=True)
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 12 * 2**30, raising=False)
+    text = devices.devices_report()
+    assert "mps:0  Apple GPU" in text and "shares host RAM; 12.0 GiB usable" in text
 
 
 @pytest.mark.parametrize(
@@ -88,8 +196,8 @@ def test_synchronize_is_a_no_op_for_cpu_and_meta(fake_accelerators):
         ("", 1, "full"),
     ],
 )
-def test_profile(fake_accelerators, monkeypatch, setting, n, expected):
-    fake_accelerators(n)
+def test_profile(fake_machine, monkeypatch, setting, n, expected):
+    fake_machine("cuda", n, api=False)
     if setting is None:
         monkeypatch.delenv("D2L_GPU_PROFILE", raising=False)
     else:
@@ -105,19 +213,18 @@ def test_unknown_profile_is_a_clear_error(monkeypatch):
         devices.profile()
 
 
-def test_describe_profile_says_why(fake_accelerators, monkeypatch):
+def test_describe_profile_says_why(fake_machine, monkeypatch):
     monkeypatch.delenv("D2L_GPU_PROFILE", raising=False)
-    fake_accelerators(0)
+    fake_machine("cuda", 0, api=True)
     assert "no accelerator found" in devices.describe_profile()
-    fake_accelerators(2, "mps")
-    assert "2 'mps' device(s) found" in devices.describe_profile()
+    fake_machine("xpu", 2, api=True)
+    assert "2 'xpu' device(s) found" in devices.describe_profile()
     monkeypatch.setenv("D2L_GPU_PROFILE", "quick")
     assert "set by D2L_GPU_PROFILE=quick" in devices.describe_profile()
 
 
-def test_try_gpu_required_raises_with_the_count_instead_of_falling_back(monkeypatch):
-    monkeypatch.setattr(devices, "_accel_type", lambda: "cuda")
-    monkeypatch.setattr(devices, "_accel_count", lambda: 1)
+def test_try_gpu_required_raises_with_the_count_instead_of_falling_back(fake_machine):
+    fake_machine("cuda", 1, api=False)
     assert devices.try_gpu(0, required=True) == torch.device("cuda:0")
     assert devices.try_gpu(1) == torch.device("cpu")  # the book's silent fallback
     with pytest.raises(RuntimeError, match=r"no device 1; this machine has 1 cuda device"):

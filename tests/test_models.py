@@ -1,5 +1,7 @@
 """ResNet-18 and LeNet of the multi-GPU chapters; initialisation that covers every layer."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -33,7 +35,9 @@ def test_book_init_skips_lazy_convs_but_ours_refuses():
     models.materialize(net).apply(models.init_weights)
     convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
     assert len(convs) == 20
-    assert all(c.weight.std().item() < 0.02 for c in convs)  # every conv got N(0, 0.01)
+    for c in convs:  # every conv got N(0, 0.01): within 6 standard errors of a sample std,
+        # which PyTorch's default init (std 1/sqrt(3 fan_in), 0.0085 at fan_in 4608) misses
+        assert abs(c.weight.std().item() - 0.01) < 6 * 0.01 / math.sqrt(2 * c.weight.numel())
 
 
 def test_residual_block_shapes():

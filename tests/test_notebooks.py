@@ -1,8 +1,10 @@
 """Every lesson notebook is committed in normal form, executed, and follows the lesson rules."""
 
 import copy
+import io
 import json
 import re
+import tokenize
 from pathlib import Path
 
 import nbtools
@@ -10,10 +12,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+LESSON_DIR, SOLUTION_DIR = ROOT / "notebooks", ROOT / "solutions"
+NOTEBOOKS = sorted(LESSON_DIR.glob("*.ipynb"))
 LESSONS = [p for p in NOTEBOOKS if re.match(r"\d\d-", p.name) and not p.name.startswith("00-")]
+SOLUTIONS = sorted(SOLUTION_DIR.glob("*.ipynb"))
+ALL_NOTEBOOKS = NOTEBOOKS + SOLUTIONS  # solutions follow the same notebook rules as lessons
 IMG_LINK = re.compile(r"""(?:\]\(|src=["'])(\.\./img/[^)"'\s]+\.svg)""")
 IGNORE_TAG = "nbval-ignore-output"
+
+# Lessons still being reworked on other branches (issue 16). Their tests are expected to fail
+# (xfail, not strict): remove a lesson from a set once it meets the rule, so the rule guards it.
+STARTERS_PENDING = {"05-data-parallel", "06-concise-multi-gpu", "07-ddp-torchrun"}
+SOLUTIONS_PENDING = STARTERS_PENDING | {"08-performance-lab"}
+DEVICE_NAMES_PENDING = {"06-concise-multi-gpu"}  # cell `net = d2l.materialize(...).to("meta")`
 
 
 def ids(paths):
@@ -24,7 +35,19 @@ def tags(cell):
     return cell.get("metadata", {}).get("tags", [])
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def rel(paths):
+    return [str(p.relative_to(ROOT)) for p in paths]
+
+
+def pending(paths, names, why):
+    """Parameters for `paths`, those named in `names` marked xfail with reason `why`."""
+    return [
+        pytest.param(p, marks=pytest.mark.xfail(reason=why, strict=False)) if p.stem in names else p
+        for p in paths
+    ]
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=rel(ALL_NOTEBOOKS))
 def test_notebook_is_clean(path):
     """nbformat 4.5 with ids, kernelspec, executed in order, no errors, tidy, slide metadata."""
     problems = nbtools.check_file(path)
@@ -38,7 +61,7 @@ def test_one_key_result_cell(path):
     assert cells[0]["cell_type"] == "code"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=rel(ALL_NOTEBOOKS))
 def test_ignored_outputs_say_why(path):
     """A cell whose output is not compared says why in its metadata, not in the student's code."""
     cells = [c for c in nbtools.load(path)["cells"] if c["cell_type"] == "code"]
@@ -52,7 +75,7 @@ def test_ignored_outputs_say_why(path):
     assert not plumbing, f"test plumbing in the student's code: {plumbing}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=rel(ALL_NOTEBOOKS))
 def test_image_links_exist(path):
     links = {
         link
@@ -62,6 +85,183 @@ def test_image_links_exist(path):
     }
     missing = sorted(link for link in links if not (path.parent / link).is_file())
     assert not missing, f"missing images: {missing}"
+
+
+# --- compared outputs must not depend on which device ran them -----------------------------
+
+DEVICE_NAME = re.compile(r"\b(cpu|cuda|mps|xpu|privateuseone|meta)(?::\d+)?\b")
+STRING_LITERAL = re.compile(r"""(["'])(?:\\.|(?!\1).)*\1""")
+
+
+def output_text(cell) -> str:
+    """The text a code cell printed or displayed (what nbval compares)."""
+    text = ""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            text += nbtools._source({"source": out.get("text", "")})
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            text += nbtools._source({"source": out.get("data", {}).get("text/plain", "")})
+    return text
+
+
+def unspelled_device_names(cell) -> set[str]:
+    """Device types a compared cell prints that no string literal in its source spells out."""
+    if cell["cell_type"] != "code" or IGNORE_TAG in tags(cell):
+        return set()
+    printed = {m.group(1) for m in DEVICE_NAME.finditer(output_text(cell))}
+    literals = " ".join(m.group(0) for m in STRING_LITERAL.finditer(nbtools._source(cell)))
+    spelled = {m.group(1) for m in DEVICE_NAME.finditer(literals)}
+    return printed - spelled
+
+
+@pytest.mark.parametrize(
+    "path",
+    pending(ALL_NOTEBOOKS, DEVICE_NAMES_PENDING, "prints device names (see notes/teach.md)"),
+    ids=rel(ALL_NOTEBOOKS),
+)
+def test_compared_outputs_name_no_machine_device(path):
+    """A compared cell may print a device name only if its own code spells it ("cuda:0").
+
+    nbval no longer rewrites device names (nbval_sanitize.cfg), so a compared output such as
+    "on cpu" would pass on a CPU and fail on a GPU. Print a property instead ("on the chosen
+    device: True"), or tag the cell nbval-ignore-output with a reason.
+    """
+    bad = [
+        f"{nbtools.first_line(c)!r} prints {sorted(names)}"
+        for c in nbtools.load(path)["cells"]
+        if (names := unspelled_device_names(c))
+    ]
+    assert not bad, "compared cells print this machine's device names: " + "; ".join(bad)
+
+
+def test_device_name_rule_catches_a_machine_device():
+    def cell(src, text, tags=()):
+        out = {"output_type": "stream", "name": "stdout", "text": text}
+        meta = {"tags": list(tags)}
+        return {"cell_type": "code", "source": src, "metadata": meta, "outputs": [out]}
+
+    assert unspelled_device_names(cell("print(X.device)", "cpu\n")) == {"cpu"}
+    assert unspelled_device_names(cell("print(f'on {dev}')", "on cuda:0\n")) == {"cuda"}
+    assert unspelled_device_names(cell("print(X.device)", "cpu\n", [IGNORE_TAG])) == set()
+    assert unspelled_device_names(cell('print(torch.device("cuda:1"))', "cuda:1\n")) == set()
+    assert unspelled_device_names(cell("print(X.device == dev)", "True\n")) == set()
+
+
+# --- exercises: a starter for each, and a solutions notebook --------------------------------
+
+EXERCISE_ITEM = re.compile(r"^(\d+)\.\s", re.MULTILINE)
+SOLUTION_HEADING = re.compile(r"^#+ Exercise (\d+)\b", re.MULTILINE)
+UNSOLVED = ("not answered yet", "not yet:")  # what a lesson's check(...) prints for a starter
+
+
+def has_placeholder(src: str) -> bool:
+    """True if code has a TODO, or an Ellipsis (`...`) standing where the student's work goes.
+
+    A placeholder Ellipsis is a statement of its own (`...`) or ends a line after `=`, `return`
+    or `:` (`x = ...`, `return ...`). Other uses are ordinary Python: a test for an unanswered
+    exercise (`if answer is ...`), indexing (`T[..., 0]`), a default (`else ...`).
+    """
+    if "TODO" in src:
+        return True
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    line: list[str] = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+            if tok.type == tokenize.NEWLINE:
+                if line[-1:] == ["..."] and (len(line) == 1 or line[-2] in ("=", "return", ":")):
+                    return True
+                line = []
+            elif tok.type not in skip:
+                line.append(tok.string)
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return re.search(r"^\s*\.\.\.|[=:]\s*\.\.\.\s*(#.*)?$", src, re.MULTILINE) is not None
+    return line[-1:] == ["..."] and (len(line) == 1 or line[-2] in ("=", "return", ":"))
+
+
+def exercise_section(nb) -> list:
+    """The cells from the `## Exercises` heading to the end."""
+    for i, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "markdown" and nbtools._source(c).lstrip().startswith("## Exercises"):
+            return nb["cells"][i:]
+    return []
+
+
+def exercises_without_starter(nb) -> tuple[list[int], list[int]]:
+    """(the exercise numbers of a lesson, those with no starter code cell after them)."""
+    numbers, waiting = [], []
+    for c in exercise_section(nb):
+        src = nbtools._source(c)
+        if c["cell_type"] == "markdown":
+            found = [int(n) for n in EXERCISE_ITEM.findall(src)]
+            numbers += found
+            waiting += found
+        elif waiting and has_placeholder(src):
+            waiting.pop(0)
+    return numbers, waiting
+
+
+@pytest.mark.parametrize(
+    "path", pending(LESSONS, STARTERS_PENDING, "reworked on another branch"), ids=ids(LESSONS)
+)
+def test_every_exercise_has_an_unsolved_starter(path):
+    """Each numbered exercise is followed by a code cell with `...` or a TODO to fill in."""
+    nb = nbtools.load(path)
+    numbers, missing = exercises_without_starter(nb)
+    assert numbers, "no numbered exercises after a '## Exercises' heading"
+    assert not missing, f"exercises without a starter cell (`...` or TODO): {missing}"
+    solved = [
+        nbtools.first_line(c)
+        for c in exercise_section(nb)
+        if c["cell_type"] == "code" and re.search(r"^correct$", output_text(c), re.MULTILINE)
+    ]
+    assert not solved, f"a starter's check already says 'correct': {solved}"
+
+
+@pytest.mark.parametrize(
+    "path", pending(LESSONS, SOLUTIONS_PENDING, "reworked on another branch"), ids=ids(LESSONS)
+)
+def test_every_lesson_has_worked_solutions(path):
+    """solutions/<lesson>.ipynb solves each exercise: no placeholder left, every check passes."""
+    solution = SOLUTION_DIR / path.name
+    assert solution.is_file(), f"missing {solution.relative_to(ROOT)}"
+    numbers, _ = exercises_without_starter(nbtools.load(path))
+    cells = nbtools.load(solution)["cells"]
+    headings = {
+        int(n)
+        for c in cells
+        if c["cell_type"] == "markdown"
+        for n in SOLUTION_HEADING.findall(nbtools._source(c))
+    }
+    assert headings == set(numbers), (
+        f"{solution.name} has '## Exercise N' headings {sorted(headings)}, "
+        f"the lesson has exercises {sorted(set(numbers))}"
+    )
+    code = [c for c in cells if c["cell_type"] == "code"]
+    left = [nbtools.first_line(c) for c in code if has_placeholder(nbtools._source(c))]
+    assert not left, f"placeholders (`...` or TODO) left in the solutions: {left}"
+    failing = [nbtools.first_line(c) for c in code if any(u in output_text(c) for u in UNSOLVED)]
+    assert not failing, f"checks that do not pass in the solutions: {failing}"
+
+
+def test_exercise_rules_catch_a_solved_or_missing_starter():
+    def md(src):
+        return {"cell_type": "markdown", "source": src, "metadata": {}}
+
+    def code(src, printed=""):
+        out = [{"output_type": "stream", "name": "stdout", "text": printed}] if printed else []
+        return {"cell_type": "code", "source": src, "metadata": {}, "outputs": out}
+
+    nb = {"cells": [md("# L"), md("## Exercises\n\n1. **A.** Do a."), code("x = ...  # yours")]}
+    nb["cells"] += [md("2. **B.** Do b."), code("y = 2 * 21")]
+    assert exercises_without_starter(nb) == ([1, 2], [2])
+    nb["cells"][-1] = code("y = ...  # 2 * 21")
+    assert exercises_without_starter(nb) == ([1, 2], [])
+    assert has_placeholder("# TODO: your code") and not has_placeholder('print("...")')
+    assert not has_placeholder("x = a[1:]") and has_placeholder("def f():\n    ...\n")
+    assert not has_placeholder("if answer is ...:\n    pass") and has_placeholder("y = ...  # 42")
+    assert not has_placeholder("T[..., 0]") and not has_placeholder("f = g if ok else ...")
+    assert has_placeholder("def f(x):\n    return ...  # yours") and has_placeholder("...")
+    assert "not yet:" in output_text(code("check(...)", "not yet: look again\n"))
 
 
 # --- unit tests of the normaliser on synthetic notebooks ------------------------------------

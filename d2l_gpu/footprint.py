@@ -1,0 +1,202 @@
+"""What a rank holds and sends: its device, the bytes it keeps and allocates (measured), the
+collectives it calls, and its step time.
+
+Shown in lessons 9 and 10. Held bytes are read from the tensors a rank keeps. Peak bytes come
+from CUDA's allocator statistics on a GPU, and on a CPU (whose allocator keeps no statistics)
+from `torch.profiler`'s record of every allocation and free. That record misses frees made by
+other threads (gloo's), so it can only overstate a peak; `train_measured` takes the smallest of
+two steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .devices import synchronize
+
+MiB = 2**20
+
+
+class MemoryMeter:
+    """Bytes allocated inside a `with` block: `peak` (highest point) and `held` (still alive)."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.peak = self.held = 0
+
+    def __enter__(self) -> MemoryMeter:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            with _quiet_stderr():  # the profiler logs every start and stop to stderr
+                self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
+            self.held = torch.cuda.memory_allocated(self.device) - self._base
+            return
+        with _quiet_stderr():
+            self._prof.__exit__(*exc)
+        if exc[0] is not None:
+            return
+        # every allocation and free is one "[memory]" record of the profiler, in time order
+        records = self._prof.profiler.kineto_results.events()
+        records = sorted((e.start_ns(), e.nbytes()) for e in records if e.name() == "[memory]")
+        total = peak = 0
+        for _, nbytes in records:
+            total += nbytes
+            peak = max(peak, total)
+        self.peak, self.held = peak, total
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send what C++ code writes to file descriptor 2 to the null device for a moment."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Counts the collectives called inside a `with` block and the size of what each assembles."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._opname.strip("_").replace("_base", "").replace("_into_tensor", "")
+        name = name.replace("_tensor", "").replace("allgather", "all_gather")
+        if func.namespace in COLLECTIVE_NAMESPACES and not name.startswith(SKIP):
+            name = name.replace("allreduce", "all_reduce")
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.bytes[name] = self.bytes.get(name, 0) + _full_bytes(func, args)
+        return func(*args, **(kwargs or {}))
+
+
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
+SKIP = ("wait", "barrier", "wrap")  # bookkeeping ops that move no data
+
+
+def _nbytes(x) -> int:
+    """Bytes of a tensor, or of all tensors in a (nested) list."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(item) for item in x)
+    return 0
+
+
+def _full_bytes(func, args) -> int:
+    """The size of the whole tensor a collective reduces or assembles (not of one rank's part)."""
+    if func.namespace == "_c10d_functional":  # (input, ...): a gather assembles group_size parts
+        factor = args[1] if "gather" in func._opname and isinstance(args[1], int) else 1
+        return _nbytes(args[0]) * factor
+    return _nbytes(args[1] if "reduce_scatter" in func._opname else args[0])
+
+
+def tensor_bytes(*things) -> int:
+    """Bytes of the distinct storages behind the tensors in modules, optimizers, lists, objects."""
+    seen: dict[int, int] = {}
+
+    def visit(x, depth=0):
+        if isinstance(x, torch.Tensor):
+            local = x.to_local() if hasattr(x, "to_local") else x  # a DTensor: this rank's part
+            storage = local.untyped_storage()
+            seen[storage._cdata] = storage.nbytes()
+            if x.grad is not None:
+                visit(x.grad, depth)
+        elif isinstance(x, nn.Module):
+            for t in [*x.parameters(), *x.buffers()]:
+                visit(t, depth)
+        elif isinstance(x, torch.optim.Optimizer):
+            visit(list(x.state.values()), depth)
+        elif isinstance(x, dict):
+            visit(list(x.values()), depth)
+        elif isinstance(x, (list, tuple)):
+            for item in x:
+                visit(item, depth)
+        elif hasattr(x, "__dict__") and depth < 1:  # e.g. a layer object holding its tensors
+            visit(list(vars(x).values()), depth + 1)
+
+    visit(list(things))
+    return sum(seen.values())
+
+
+def allocated_bytes(device: torch.device) -> int | None:
+    """Bytes CUDA's allocator has handed out on `device` now; None elsewhere (no statistics)."""
+    if torch.device(device).type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def train_measured(step, steps: int, device: torch.device, keep, baseline=None) -> dict:
+    """Call step() `steps` times: warm up, measure bytes (steps 2-3), then time the rest.
+
+    Returns what each call returned; the bytes held after the first step (on a GPU: allocated
+    since `baseline`, from `allocated_bytes`; otherwise the storages of the tensors in `keep`);
+    the peak (held plus the smallest highest extra allocation of steps 2 and 3); the median time.
+    """
+    outputs = [step()]  # the first step creates gradients and optimizer state
+    now = allocated_bytes(device)
+    held = now - baseline if now is not None and baseline is not None else tensor_bytes(keep)
+    extra, times = [], []
+    for i in range(1, steps):
+        if i <= 2:
+            with MemoryMeter(device) as meter:
+                outputs.append(step())
+            extra.append(meter.peak)
+            continue
+        if dist.is_initialized():
+            dist.barrier()
+        synchronize(device)
+        start = time.perf_counter()
+        outputs.append(step())
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return {
+        "outputs": outputs,
+        "held": held,
+        "peak": held + (min(extra) if extra else 0),
+        "seconds": statistics.median(times) if times else float("nan"),
+    }
+
+
+def step_seconds(step, device: torch.device, repeat: int = 3, warmup: int = 1) -> float:
+    """Median wall time of `step()` on this rank, the device synchronised, ranks aligned first."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeat):
+        if dist.is_initialized():
+            dist.barrier()
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]

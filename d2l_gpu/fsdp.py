@@ -1,0 +1,79 @@
+"""PyTorch's fully sharded data parallelism, `fully_shard` (FSDP2, ZeRO stage 3), measured the
+same way as lesson 10's ZeRO from scratch, optionally with activation checkpointing.
+
+Shown in lesson 10. Every rank trains the same seeded MLP with Adam on its part of each batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .distributed import rank_device
+from .footprint import CollectiveCounter, allocated_bytes, train_measured
+from .model_memory import checkpoint_every
+from .splitting import mlp, toy_data
+
+
+def _data_parallel_run(net, rank, world, widths, steps, batch_size, lr, dtype, seed, device, base):
+    """Adam steps on this rank's part of each batch; measured, and one step's collectives."""
+    if batch_size % world:
+        raise ValueError(f"a batch of {batch_size} does not split evenly over {world} ranks")
+    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    counter, count = CollectiveCounter(), [0]
+
+    def step():
+        count[0] += 1
+        with counter if count[0] == 1 else contextlib.nullcontext():  # what one step sends
+            loss = F.cross_entropy(net(X), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return loss.item()
+
+    run = train_measured(step, steps, device, [net, opt], base)
+    return {**run, "losses": run.pop("outputs"), "calls": counter.calls, "bytes": counter.bytes}
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    """A parameter as one whole tensor on the CPU (a DTensor is gathered from every rank)."""
+    return (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().clone()
+
+
+def fsdp_worker(
+    rank: int,
+    world: int,
+    widths: list[int],
+    steps: int = 4,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    checkpointing: bool = False,
+) -> dict:
+    """Train with fully_shard on every linear layer and the root; optionally checkpoint each unit.
+
+    Returns the full trained parameters, the local losses, held and peak bytes of this rank, the
+    median step time, and one step's collectives (calls and bytes of the whole tensors).
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    device = rank_device()
+    baseline = allocated_bytes(device)
+    net = mlp(widths, seed, dtype).to(device)
+    if checkpointing:
+        net = checkpoint_every(net, every=2)  # each (Linear, ReLU) pair recomputed in backward
+    for module in net.modules():
+        if isinstance(module, nn.Linear):
+            fully_shard(module)  # each layer gathered just before it is used
+    fully_shard(net)
+    args = (rank, world, widths, steps, batch_size, lr, dtype, seed, device, baseline)
+    run = _data_parallel_run(net, *args)
+    run["params"] = [_full(p) for p in net.parameters()]
+    run["kinds"] = sorted({type(p).__name__ for p in net.parameters()})
+    return run

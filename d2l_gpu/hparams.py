@@ -1,0 +1,47 @@
+"""The book's object-oriented helpers (d2l 1.0): HyperParameters and add_to_class.
+
+Book code builds its classes with these: `save_hyperparameters()` turns the arguments of
+`__init__` into attributes, and `@add_to_class(C)` adds a method to `C` after the fact, which
+is how the chapters grow a class one cell at a time.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+
+
+def add_to_class(Class: type) -> Callable:
+    """Decorator: set the decorated function as the attribute of `Class` with its name.
+
+    The book's helper (d2l 1.0); see notes/book.md. Unlike the book's, it returns the function,
+    so the decorated name stays usable where it was defined.
+    """
+
+    def register(obj):
+        setattr(Class, obj.__name__, obj)
+        return obj
+
+    return register
+
+
+class HyperParameters:
+    """Base class whose `save_hyperparameters()` stores the caller's arguments as attributes."""
+
+    def save_hyperparameters(self, ignore: Iterable[str] = ()) -> None:
+        """Store the local variables of the calling `__init__` (but self, _names and `ignore`).
+
+        The book's semantics: every local of the caller at the time of the call is saved, in
+        `self.hparams` and as an attribute of the same name.
+        """
+        frame = inspect.currentframe().f_back
+        try:
+            local_vars = dict(frame.f_locals)
+        finally:
+            del frame  # no reference cycle through the frame
+        skip = set(ignore) | {"self"}
+        self.hparams = {
+            k: v for k, v in local_vars.items() if k not in skip and not k.startswith("_")
+        }
+        for k, v in self.hparams.items():
+            setattr(self, k, v)

@@ -1,0 +1,171 @@
+"""Lesson 10: where training memory goes, ZeRO stages 1-3 from scratch and FSDP2, each proven
+equal to Adam on one device in float64, with the bytes each rank holds checked exactly."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from d2l_gpu import footprint, model_memory, splitting
+from d2l_gpu.distributed import run_workers
+from d2l_gpu.fsdp import fsdp_worker
+from d2l_gpu.sharding import zero_stages_worker, zero_worker
+
+F64 = torch.float64
+WIDTHS = [12, 33, 17, 5]  # 3 linear layers; 3 ranks make the flat layers need padding
+STEPS, LR, BATCH = 4, 1e-2, 12
+
+
+@pytest.fixture(scope="module")
+def adam_reference():
+    net = splitting.mlp(WIDTHS, seed=0, dtype=F64)
+    X, y = splitting.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
+    losses = splitting.train_one_device(net, X, y, STEPS, LR, optimizer="adam")
+    return [p.detach().clone() for p in net.parameters()], losses
+
+
+def max_diff(xs, ys) -> float:
+    xs, ys = list(xs), list(ys)
+    assert len(xs) == len(ys)
+    return max((a - b).abs().max().item() for a, b in zip(xs, ys, strict=True))
+
+
+def layer_sizes(widths, k):
+    """(padded numbers, shard numbers) of each linear layer's flat weight-and-bias vector."""
+    out = []
+    for n_in, n_out in zip(widths[:-1], widths[1:], strict=True):
+        shard = math.ceil((n_in * n_out + n_out) / k)
+        out.append((shard * k, shard))
+    return out
+
+
+# --- ZeRO from scratch ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def zero_runs():
+    args = (WIDTHS, STEPS, BATCH, LR, F64, 0)
+    return run_workers(zero_stages_worker, 3, [0, 1, 2, 3], *args, backend="gloo", timeout=180)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_stage_equals_adam_on_one_device(zero_runs, adam_reference, stage):
+    for rank in zero_runs:
+        assert max_diff(rank[stage]["params"], adam_reference[0]) < 1e-11
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_bytes_held_per_rank_are_exactly_the_shards(zero_runs, stage):
+    b, k = 8, 3  # float64
+    sizes = layer_sizes(WIDTHS, k)
+    # what each rank keeps per layer: parameters, gradients, Adam's two moments
+    kept = {
+        0: lambda N, S: 4 * N,
+        1: lambda N, S: 2 * N + 2 * S,
+        2: lambda N, S: N + 3 * S,
+        3: lambda N, S: 4 * S,
+    }[stage]
+    expected = sum(kept(N, S) for N, S in sizes) * b
+    for rank in zero_runs:
+        assert rank[stage]["held"] == expected
+        assert rank[stage]["peak"] > rank[stage]["held"]
+
+
+def test_zero_collectives_per_step(zero_runs):
+    L, full = len(WIDTHS) - 1, sum(N for N, _ in layer_sizes(WIDTHS, 3)) * 8
+    calls = [run["calls"] for run in zero_runs[0]]
+    assert calls[0] == {"all_reduce": L}
+    assert calls[1] == calls[2] == {"reduce_scatter": L, "all_gather": L}
+    assert calls[3] == {"all_gather": 2 * L, "reduce_scatter": L}  # gathered again for backward
+    assert zero_runs[0][3]["bytes"] == {"all_gather": 2 * full, "reduce_scatter": full}
+
+
+def test_zero_3_on_two_ranks_holds_a_half():
+    out = run_workers(zero_stages_worker, 2, [3], WIDTHS, 2, 4, LR, F64, 0, backend="gloo")
+    expected = 4 * sum(S for _, S in layer_sizes(WIDTHS, 2)) * 8
+    assert [run[0]["held"] for run in out] == [expected, expected]
+
+
+def test_zero_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="ZeRO stage 4 does not exist"):
+        zero_worker(0, 2, 4, WIDTHS)
+    with pytest.raises(ValueError, match="a batch of 5 does not split evenly over 2 ranks"):
+        zero_worker(0, 2, 1, WIDTHS, 2, 5)
+
+
+# --- FSDP2 -------------------------------------------------------------------------------------
+
+
+def both_fsdp(rank, world, *args):
+    """FSDP2 without and with activation checkpointing, in one process group."""
+    return [fsdp_worker(rank, world, *args, False), fsdp_worker(rank, world, *args, True)]
+
+
+def test_fsdp_equals_adam_on_one_device(adam_reference):
+    out = run_workers(both_fsdp, 2, WIDTHS, STEPS, BATCH, LR, F64, 0, backend="gloo")
+    for rank in out:
+        for run in rank:  # plain, then with checkpointing
+            assert max_diff(run["params"], adam_reference[0]) < 1e-11
+            assert run["kinds"] == ["DTensor"]
+            L = len(WIDTHS) - 1
+            assert run["calls"] == {"all_gather": 2 * L, "reduce_scatter": L}
+            # gradients are freed between steps: a rank keeps its rows of every parameter and
+            # as much for each of Adam's moments (plus a step counter per parameter); a rank
+            # holds ceil(rows / 2) or floor(rows / 2) rows, and dim 0 is padded in storage
+            few = sum(p.shape[0] // 2 * p[0].numel() for p in adam_reference[0])
+            many = sum(-(-p.shape[0] // 2) * p[0].numel() for p in adam_reference[0])
+            assert 3 * few * 8 <= run["held"] <= 3 * many * 8 + 8 * len(adam_reference[0])
+
+
+# --- memory accounting and checkpointing -------------------------------------------------------
+
+
+def test_activation_bytes_counts_what_backward_needs():
+    net = splitting.mlp([8, 16, 4], dtype=F64)  # Linear, ReLU, Linear
+    X = torch.randn(5, 8, dtype=F64)
+    # Linear keeps its input X; ReLU keeps its output, which the second Linear keeps too
+    assert model_memory.activation_bytes(net, X) == (5 * 8 + 5 * 16) * 8
+    meta = torch.device("meta")
+    assert model_memory.activation_bytes(net.to(meta), X.to(meta)) == (5 * 8 + 5 * 16) * 8
+
+
+def test_memory_breakdown_and_bytes_per_rank():
+    net = splitting.mlp([8, 16, 4])
+    P = (8 * 16 + 16 + 16 * 4 + 4) * 4
+    b = model_memory.memory_breakdown(net, torch.zeros(6, 8), "adam")
+    assert (b["parameters"], b["gradients"], b["optimizer state"]) == (P, P, 2 * P)
+    per = [model_memory.bytes_per_rank(b, 4, stage) for stage in range(4)]
+    assert per[0]["parameters"] == per[2]["parameters"] == P and per[3]["parameters"] == P / 4
+    assert per[0]["optimizer state"] == 2 * P and per[1]["optimizer state"] == 2 * P / 4
+    assert per[1]["gradients"] == P and per[2]["gradients"] == P / 4
+    assert all(p["activations"] == b["activations"] / 4 for p in per)
+    with pytest.raises(ValueError, match="optimizer 'lamb' is not known"):
+        model_memory.memory_breakdown(net, torch.zeros(6, 8), "lamb")
+
+
+def test_checkpointing_keeps_less_and_computes_the_same():
+    net = splitting.transformer(vocab=50, d_model=32, num_heads=4, num_layers=3)
+    net = net.to(F64)
+    X = torch.randint(0, 50, (2, 16))
+    ck = model_memory.checkpoint_every(net)  # shares net's parameters
+    assert model_memory.activation_bytes(ck, X) < model_memory.activation_bytes(net, X) / 3
+    grads = []
+    for model in (net, ck):
+        net.zero_grad()
+        F.cross_entropy(model(X).flatten(0, 1), X.flatten()).backward()
+        grads.append([p.grad.clone() for p in net.parameters()])
+    assert max_diff(*grads) < 1e-12
+
+
+def test_meters_measure_real_allocations():
+    with footprint.MemoryMeter("cpu") as m:
+        a = torch.ones(1000, dtype=F64)
+        b = torch.ones(3000, dtype=F64)
+        del b
+    assert (m.held, m.peak) == (8000, 32000)
+    net = nn.Linear(10, 10)
+    net(torch.ones(1, 10)).sum().backward()
+    view = net.weight.detach()[:2]  # a view adds no storage
+    assert footprint.tensor_bytes(net, view, a) == 2 * 110 * 4 + 1000 * 8  # params, grads, a

@@ -1,0 +1,108 @@
+"""`--strategy ddp|fsdp|pipeline`: each equals one process, each resumes a killed rank to the
+uninterrupted result, each resumes the others' checkpoints, and bad combinations are refused.
+
+Exactness is checked in float64 (--dtype float64), where 16 steps of rounding stay near 1e-16:
+a difference above 1e-12 can only be a bug (a wrong shard, a missing micro-batch, a gradient
+summed instead of averaged), never the hardware or the thread count.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from train_launch import (
+    ARGS,
+    SCRIPT,
+    TIMEOUT,
+    job_env,
+    kill_rank_when,
+    launched,
+    load,
+    max_diff,
+    run,
+    torchrun,
+)
+
+from d2l_gpu import train
+
+ARGS64 = [*ARGS, "--dtype", "float64"]
+PARALLEL = ["fsdp", "pipeline"]  # ddp: tests/test_train_ranks.py
+
+
+@pytest.fixture(scope="module")
+def env(small_data) -> dict:
+    return job_env(small_data)
+
+
+@pytest.fixture(scope="module")
+def one_process(env, tmp_path_factory) -> dict:
+    """Final parameters of the plain job on a single process (ddp, a group of one)."""
+    cwd = tmp_path_factory.mktemp("one")
+    run([sys.executable, *SCRIPT, *ARGS64, "--save", "final.pt"], env, cwd)
+    return load(cwd / "final.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", PARALLEL)
+def test_two_ranks_equal_one_process(env, tmp_path, one_process, strategy):
+    cmd, env2 = torchrun(2, env, tmp_path)
+    extra = ["--strategy", strategy, "--save", "final.pt"]
+    _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
+    assert f"world size 2 (gloo, cpu, {strategy})" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", PARALLEL)
+def test_killed_rank_resumes_to_the_uninterrupted_result(env, tmp_path, one_process, strategy):
+    cmd, env2 = torchrun(2, env, tmp_path, "--max-restarts", "1")
+    extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
+    with launched([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path) as proc:
+        kill_rank_when(proc, tmp_path / "ckpt.pt", rank=1)
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, out
+    assert "exitcode: -9" in out and "resumed from ckpt.pt: 1 of 2 epochs done" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
+    assert load(tmp_path / "ckpt.pt")["settings"]["strategy"] == strategy
+
+
+@pytest.mark.parametrize(
+    ("first", "then"), [("ddp", "fsdp"), ("fsdp", "pipeline"), ("pipeline", "ddp")]
+)
+def test_a_checkpoint_resumes_under_another_strategy(lone, tmp_path, capsys, first, then):
+    """Full state dicts: epoch 1 under one strategy, epoch 2 under another = 2 epochs of ddp."""
+    small = [*ARGS64, "--limit", "64"]
+    assert train.main([*small, "--save", str(tmp_path / "straight.pt")]) == 0
+    ckpt = str(tmp_path / "ckpt.pt")
+    assert train.main([*small, "--epochs", "1", "--strategy", first, "--checkpoint", ckpt]) == 0
+    capsys.readouterr()
+    final = str(tmp_path / "final.pt")
+    assert train.main([*small, "--strategy", then, "--checkpoint", ckpt, "--save", final]) == 0
+    out = capsys.readouterr().out
+    assert f"continuing with --strategy {then} (the checkpoint's job had {first})" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), load(tmp_path / "straight.pt")) < 1e-12
+
+
+@pytest.mark.parametrize(
+    ("world", "extra", "message"),
+    [
+        (5, ["--strategy", "pipeline"], "cuts lenet into at most 4 stages (one layer each), but "
+                                        "this job has 5 ranks"),
+        (10, ["--strategy", "pipeline", "--model", "resnet18"], "at most 9 stages"),
+        (1, ["--strategy", "pipeline", "--microbatches", "5"], "does not split into "
+                                                               "--microbatches 5"),
+    ],
+)  # fmt: skip
+def test_bad_combinations_refused_with_a_sentence(lone, monkeypatch, capsys, world, extra, message):
+    monkeypatch.setenv("WORLD_SIZE", str(world))  # checked before joining the group
+    assert train.main([*ARGS, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_old_pytorch_refused_with_the_version_needed(lone, monkeypatch, capsys):
+    monkeypatch.setattr("torch.__version__", "2.4.1")
+    for strategy in ("fsdp", "pipeline"):
+        assert train.main([*ARGS, "--strategy", strategy]) == 2
+        assert "needs PyTorch 2.6 or newer; this is 2.4.1" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""Launching the training script from the tests (test_train_*.py): sessions killed on the way out.
+
+Every process runs on 127.0.0.1 with gloo, on a small synthetic Fashion-MNIST in the real IDX
+format (D2L_GPU_DATA). Each launch has a time limit and runs in a session of its own, whose whole
+process group is killed when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from d2l_gpu.distributed import local_torchrun, worker_pids
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ["-m", "d2l_gpu.train"]
+BATCH = 32  # 256 training examples: 8 steps per epoch
+ARGS = ["--model", "lenet", "--epochs", "2", "--batch-size", str(BATCH), "--lr", "0.1"]
+ARGS += ["--seed", "3"]
+TIMEOUT = 120
+
+
+def job_env(data: Path) -> dict:
+    """Environment of launched jobs: small data, one thread, loopback, no stray ranks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "D2L_GPU_"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env.update(D2L_GPU_DATA=str(data), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.update(PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    if Path("/sys/class/net/lo").exists():
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+@contextlib.contextmanager
+def launched(cmd: list[str], env: dict, cwd: Path, **popen):
+    """Start `cmd` in a session of its own; kill that whole process group on the way out."""
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, **popen,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's workers too, whatever happened
+        proc.communicate(timeout=30)
+
+
+def run(cmd: list[str], env: dict, cwd: Path, *, check: bool = True) -> tuple[int, str]:
+    """Run `cmd` to the end (at most TIMEOUT s); return (exit status, stdout+stderr)."""
+    with launched(cmd, env, cwd) as proc:
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    assert not check or proc.returncode == 0, f"{cmd} exited {proc.returncode}:\n{out}"
+    return proc.returncode, out
+
+
+def torchrun(nproc: int, env: dict, folder: Path, *options: str) -> tuple[list[str], dict]:
+    """The private one-machine torchrun command for `nproc` workers, and its environment."""
+    cmd, extra = local_torchrun(nproc, *options, folder=folder)
+    return cmd, {**env, **extra}
+
+
+def kill_rank_when(proc, path: Path, rank: int = 1, timeout: float = TIMEOUT) -> None:
+    """SIGKILL worker `rank` of the torchrun agent `proc` once `path` (or its temporary) appears.
+
+    The other workers are stopped (SIGSTOP) first and continued after the kill, so that the job
+    cannot get past the next epoch between seeing the file and the kill, however loaded the
+    machine is: the restarted job resumes from exactly this checkpoint.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.exists() or list(path.parent.glob(f".{path.name}.*.tmp")):
+            pids = worker_pids(proc.pid)
+            if rank in pids:
+                others = [pid for r, pid in pids.items() if r != rank]
+                for pid in others:
+                    os.kill(pid, signal.SIGSTOP)
+                os.kill(pids[rank], signal.SIGKILL)
+                for pid in others:
+                    os.kill(pid, signal.SIGCONT)
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"{path} did not appear, or rank {rank} was not found, in time")
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
