@@ -181,12 +181,14 @@ EPOCH_LINE = re.compile(r"epoch (\d+)/(\d+): loss ([\d.]+), train acc ([\d.]+), 
 def ddp_figures(output: str) -> dict | None:
     """Final test accuracy, epochs and world size from d2l_gpu.ddp's log, or None."""
     epochs = EPOCH_LINE.findall(output)
-    world = re.search(r"world size (\d+) \((\w+), (\w+)\)", output)
+    # "world size 2 (nccl, cuda:0, ddp)": backend, rank 0's device, strategy (older logs: no strategy)
+    world = re.search(r"world size (\d+) \((\w+), ([\w:]+)(?:, (\w+))?\)", output)
     if not epochs or not world:
         return None
     done, total, _, _, acc = epochs[-1]
     return {"epochs": int(done), "of": int(total), "test_acc": float(acc),
-            "world_size": int(world[1]), "backend": world[2], "device": world[3]}  # fmt: skip
+            "world_size": int(world[1]), "backend": world[2], "device": world[3],
+            "strategy": world[4] or "ddp"}  # fmt: skip
 
 
 def step_ddp(args) -> list[dict]:

@@ -232,7 +232,8 @@ def test_ddp_figures_from_the_scripts_real_log(small_data, capsys, monkeypatch):
     assert ddp.main(args) == 0
     figures = gpu_report.ddp_figures(capsys.readouterr().out)
     assert figures["epochs"] == figures["of"] == 2 and 0 <= figures["test_acc"] <= 1
-    assert (figures["world_size"], figures["backend"], figures["device"]) == (1, "gloo", "cpu")
+    got = tuple(figures[k] for k in ("world_size", "backend", "device", "strategy"))
+    assert got == (1, "gloo", "cpu", "ddp")
     assert gpu_report.ddp_figures("Traceback ...") is None
 
 
@@ -276,7 +277,7 @@ def test_a_copy_of_the_report_is_independent():
     assert report == before  # pure: nothing changed in the input
 
 
-DDP_LOG = """lenet: world size {w} ({b}, cuda), 60000 training examples, global batch 256
+DDP_LOG = """lenet: world size {w} ({b}, cuda:0, ddp), 60000 training examples, global batch 256
 epoch 1/10: loss 0.900, train acc 0.660, test acc 0.750, 3.1 s
 epoch 10/10: loss 0.400, train acc 0.850, test acc {acc}, 1.2 s
 """
