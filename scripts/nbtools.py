@@ -28,6 +28,8 @@ from d2l_gpu._fs import write_atomic
 
 CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason")  # the reason: why not compared
 NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info")
+# every notebook names the same kernel, whichever Jupyter executed it last (`make kernel` is separate)
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -157,6 +159,7 @@ def tidy(nb) -> nbformat.NotebookNode:
 
     meta = nb.get("metadata", {})
     nb["metadata"] = {k: meta[k] for k in NOTEBOOK_METADATA_KEYS if k in meta}
+    nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
     if "language_info" in nb["metadata"]:
         nb["metadata"]["language_info"] = {"name": nb["metadata"]["language_info"].get("name")}
     _, nb = normalize(nb, 4, 5, strip_invalid_metadata=True)
