@@ -181,7 +181,7 @@ EPOCH_LINE = re.compile(r"epoch (\d+)/(\d+): loss ([\d.]+), train acc ([\d.]+), 
 def ddp_figures(output: str) -> dict | None:
     """Final test accuracy, epochs and world size from d2l_gpu.ddp's log, or None."""
     epochs = EPOCH_LINE.findall(output)
-    # "world size 2 (nccl, cuda:0, ddp)": backend, rank 0's device, strategy (older logs: no strategy)
+    # "world size 2 (nccl, cuda:0, ddp)": backend, rank 0's device, strategy (older logs: none)
     world = re.search(r"world size (\d+) \((\w+), ([\w:]+)(?:, (\w+))?\)", output)
     if not epochs or not world:
         return None

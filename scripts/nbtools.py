@@ -28,7 +28,7 @@ from d2l_gpu._fs import write_atomic
 
 CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason")  # the reason: why not compared
 NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info")
-# every notebook names the same kernel, whichever Jupyter executed it last (`make kernel` is separate)
+# every notebook names the same kernel, whichever Jupyter executed it last
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

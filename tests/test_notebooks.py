@@ -312,7 +312,7 @@ def test_tidy_normalises():
         {"slideshow": {"slide_type": "-"}},
     ]
     assert nb.metadata == {
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+        "kernelspec": nbtools.KERNELSPEC,
         "language_info": {"name": "python"},
     }
     assert [c.execution_count for c in nb.cells[1:]] == [1, 2]
