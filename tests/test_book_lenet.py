@@ -15,7 +15,8 @@ import d2l_gpu as d2l
 
 pytest_plugins = ["book_support"]  # the fashion fixture
 
-MIN_ACC = 0.4  # measured 0.62-0.70 over seeds 0-4 and 1-2 threads (notes/book.md); chance 0.1
+MIN_ACC_1_0 = 0.4  # measured 0.64-0.74 (seeds 0-4, 1 and 2 threads; notes/book.md)
+MIN_ACC_0_17 = 0.3  # measured 0.59-0.73; chance is 0.1
 
 
 class LeNet(d2l.Classifier):
@@ -51,7 +52,7 @@ def test_lenet_chapter_1_0(fashion, capsys):
     trainer.fit(model, data)
     acc = model.board.data["val_acc"][-1].y
     print(f"measured val acc {acc}")
-    assert len(model.board.data["val_acc"]) == 4 and acc > MIN_ACC
+    assert len(model.board.data["val_acc"]) == 4 and acc > MIN_ACC_1_0
     assert model.board.data["train_loss"][-1].y < model.board.data["train_loss"][0].y
 
 
@@ -103,6 +104,6 @@ def test_lenet_chapter_0_17_and_chinese(fashion, capsys):
     assert out.startswith(f"training on {d2l.try_gpu()}") and "examples/sec" in out
     test_acc = float(out.split("test acc ")[1].split()[0])
     print(f"measured test acc {test_acc}")
-    assert test_acc > MIN_ACC, out
+    assert test_acc > MIN_ACC_0_17, out
     assert test_acc == pytest.approx(accuracy_by_hand(net, test_iter), abs=5e-4)
     assert not net.training  # left in eval mode by the last evaluation, as in the book

@@ -6,9 +6,9 @@ editions and prints each edition's result line. The chapter's two-CUDA-device li
 replaced by what notes/book.md says to write instead: `nn.parallel.scatter` by
 `d2l.split_batch` (any devices), `torch.cuda.synchronize()` by `d2l.synchronize()`, the
 chapter's `get_params` by `d2l.get_params` (a real copy even on one device); `num_gpus=2` then
-runs on two CPU "devices". Sizes are cut for a CPU: 1,024 training images, 3 epochs, batch 64,
-and weights drawn with scale 0.1 (with the chapter's 0.01 this LeNet needs hundreds of steps
-before it learns at all).
+runs on two CPU "devices". Sizes are cut for a CPU: 1,024 training images, 3 epochs, batch 32
+with learning rate 0.1, and weights drawn with scale 0.1 (with the chapter's 0.01 this LeNet
+needs hundreds of steps before it learns at all).
 """
 
 import pytest
@@ -21,8 +21,8 @@ pytest_plugins = ["book_support"]  # the fashion and report fixtures
 
 EDITIONS = ["en-1.0.3", "en-0.17.6", "zh-2.0"]
 
-SCALE, NUM_EPOCHS, BATCH_SIZE, LR = 0.1, 3, 64, 0.2
-MIN_ACC = 0.35  # measured 0.55-0.67 over seeds 0-4 and 1-2 threads (notes/book.md); chance 0.1
+SCALE, NUM_EPOCHS, BATCH_SIZE, LR = 0.1, 3, 32, 0.1
+MIN_ACC = 0.3  # measured 0.58-0.72 (seeds 0-4, 1 and 2 threads; notes/book.md); chance 0.1
 
 
 def run_chapter(report):

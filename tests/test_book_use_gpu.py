@@ -13,7 +13,7 @@ import d2l_gpu as d2l
 
 pytest_plugins = ["book_support"]  # the fashion and restore fixtures
 
-MIN_ACC = 0.45  # measured 0.66-0.71 over seeds 0-4 and 1-2 threads (notes/book.md); chance 0.1
+MIN_ACC = 0.35  # measured 0.62-0.74 (seeds 0-4, 1 and 2 threads; notes/book.md); chance 0.1
 
 
 def check_devices_and_tensors(make_net) -> None:
