@@ -22,7 +22,7 @@ IGNORE_TAG = "nbval-ignore-output"
 
 # Lessons still being reworked on other branches (issue 16). Their tests are expected to fail
 # (xfail, not strict): remove a lesson from a set once it meets the rule, so the rule guards it.
-STARTERS_PENDING = {"07-ddp-torchrun"}
+STARTERS_PENDING = set()
 SOLUTIONS_PENDING = STARTERS_PENDING
 DEVICE_NAMES_PENDING = set()
 
