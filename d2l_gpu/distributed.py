@@ -208,6 +208,7 @@ def _worker(rank, fn, world_size, args, store, backend, outdir, threads) -> None
     out = Path(outdir) / f"rank{rank}.pt"
     result, phase = {}, "joining the group"
     try:
+        importlib.import_module("torch._dynamo")  # before the group exists: see join_group
         dist.init_process_group(
             backend, init_method=Path(store).as_uri(), rank=rank, world_size=world_size
         )
@@ -218,8 +219,7 @@ def _worker(rank, fn, world_size, args, store, backend, outdir, threads) -> None
     except BaseException:  # noqa: BLE001 - sent to the parent, which raises it
         result = {"error": traceback.format_exc(), "phase": phase}
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_group()  # the group's threads are joined here, not at interpreter shutdown
     tmp = out.with_suffix(".tmp")
     torch.save(result, tmp)
     os.replace(tmp, out)
