@@ -18,11 +18,11 @@ from train_launch import (
     SCRIPT,
     TIMEOUT,
     job_env,
-    kill_rank_when,
     launched,
     load,
     max_diff,
     run,
+    run_with_a_kill,
     torchrun,
 )
 
@@ -102,12 +102,13 @@ def test_one_machine_job_listens_on_loopback_only(two_ranks):
 def test_killed_rank_restarts_and_resumes(env, tmp_path, two_ranks):
     """SIGKILL rank 1 from outside after the epoch-1 checkpoint: torchrun restarts both ranks,
     which resume from epoch 1 and end with the uninterrupted job's weights."""
-    cmd, env2 = torchrun(2, env, tmp_path, "--max-restarts", "1")
-    cmd = [*cmd, *SCRIPT, *ARGS64, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
-    with launched(cmd, env2, tmp_path) as proc:
-        kill_rank_when(proc, tmp_path / "ckpt.pt", rank=1)
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    assert proc.returncode == 0, out
+
+    def job(folder):
+        cmd, env2 = torchrun(2, env, folder, "--max-restarts", "1")
+        return [*cmd, *SCRIPT, *ARGS64, "--checkpoint", "ckpt.pt", "--save", "final.pt"], env2
+
+    code, out, tmp_path = run_with_a_kill(job, tmp_path)
+    assert code == 0, out
     assert "exitcode: -9" in out and "resumed from ckpt.pt: 1 of 2 epochs done" in out, out
     assert out.count("epoch 1/2:") == 1 and out.count("epoch 2/2:") == 1, out
     assert max_diff(load(tmp_path / "final.pt"), two_ranks[0]) < 1e-12

@@ -14,13 +14,11 @@ import pytest
 from train_launch import (
     ARGS,
     SCRIPT,
-    TIMEOUT,
     job_env,
-    kill_rank_when,
-    launched,
     load,
     max_diff,
     run,
+    run_with_a_kill,
     torchrun,
 )
 
@@ -56,12 +54,14 @@ def test_two_ranks_equal_one_process(env, tmp_path, one_process, strategy):
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", PARALLEL)
 def test_killed_rank_resumes_to_the_uninterrupted_result(env, tmp_path, one_process, strategy):
-    cmd, env2 = torchrun(2, env, tmp_path, "--max-restarts", "1")
     extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
-    with launched([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path) as proc:
-        kill_rank_when(proc, tmp_path / "ckpt.pt", rank=1)
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    assert proc.returncode == 0, out
+
+    def job(folder):
+        cmd, env2 = torchrun(2, env, folder, "--max-restarts", "1")
+        return [*cmd, *SCRIPT, *ARGS64, *extra], env2
+
+    code, out, tmp_path = run_with_a_kill(job, tmp_path)
+    assert code == 0, out
     assert "exitcode: -9" in out and "resumed from ckpt.pt: 1 of 2 epochs done" in out, out
     assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
     assert load(tmp_path / "ckpt.pt")["settings"]["strategy"] == strategy

@@ -97,3 +97,24 @@ def load(path: Path) -> dict:
 def max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys()
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def run_with_a_kill(make_cmd, folder: Path, rank: int = 1, trials: int = 3):
+    """Run the job make_cmd(subfolder) -> (cmd, env), SIGKILLing worker `rank` once ckpt.pt
+    appears; (returncode, output, subfolder) of the first trial in which the kill counted.
+
+    An epoch of the test jobs takes about 0.2 s. If this process is not scheduled between the
+    epoch-1 checkpoint and the end of the job, the kill lands on a rank that has already done
+    its work (seen once in ten CI runs): such a trial tests nothing and is run again in a fresh
+    folder. A job that finishes without resuming every time still fails the caller's checks.
+    """
+    for trial in range(trials):
+        sub = folder / f"trial{trial}"
+        sub.mkdir()
+        cmd, env = make_cmd(sub)
+        with launched(cmd, env, sub) as proc:
+            kill_rank_when(proc, sub / "ckpt.pt", rank=rank)
+            out, _ = proc.communicate(timeout=TIMEOUT)
+        if "resumed from" in out or "saved the final model" not in out:
+            break
+    return proc.returncode, out, sub
