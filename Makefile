@@ -11,7 +11,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 export D2L_GPU_LIVE_PLOTS ?= 0
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: setup setup-dev lessons test test-unit test-unit-1thread test-notebooks lab check format slides test-browser stress gpu-report spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-unit test-unit-1thread test-notebooks test-slow lab check format slides test-browser stress gpu-report spread kernel lock clean
 
 setup: $(STAMP)
 
@@ -42,8 +42,17 @@ test-notebooks: setup-dev
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
 	  -p no:cacheprovider notebooks $(wildcard solutions/*.ipynb)
 
-lab: setup  ## JupyterLab on the lessons
-	$(VENV)/bin/jupyter lab notebooks
+# the notebooks that start processes (torchrun jobs, run_workers' ranks), and their solutions
+SLOW_NOTEBOOKS := notebooks/07-ddp-torchrun.ipynb notebooks/09-model-parallel.ipynb \
+  notebooks/10-sharding.ipynb notebooks/11-synchronisation.ipynb \
+  solutions/07-ddp-torchrun.ipynb solutions/09-model-parallel.ipynb \
+  solutions/10-sharding.ipynb solutions/11-synchronisation.ipynb
+
+test-slow: setup-dev  ## nbval again on one core shared with a busy loop: speed-dependent output fails
+	$(PY) scripts/slow_machine.py $(SLOW_NOTEBOOKS)
+
+lab: setup  ## JupyterLab on the lessons (diagrams and live training curves as in the browser test)
+	$(PY) scripts/lab.py
 
 kernel: setup  ## register this environment as the Jupyter kernel "d2l-gpu" for your own Jupyter
 	$(PY) -m ipykernel install --user --name d2l-gpu --display-name "Python 3 (d2l-gpu)"

@@ -96,6 +96,7 @@ _NAMES = {
         "describe_profile",
         "devices_report",
         "gpu",
+        "is_out_of_memory",
         "num_gpus",
         "profile",
         "synchronize",
@@ -103,6 +104,7 @@ _NAMES = {
         "try_gpu",
     ],
     "distributed": ["free_port", "pick_backend", "rank_device", "run_workers"],
+    "jobs": ["kill_worker", "launch", "launch_and_kill", "run_job"],
     "hparams": ["HyperParameters", "add_to_class"],
     "footprint": [
         "CollectiveCounter",

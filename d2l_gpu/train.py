@@ -256,6 +256,21 @@ def train(cfg: TrainConfig) -> None:
         leave_group()
 
 
+def say_line(text: str, stream=None) -> None:
+    """Write `text` and its newline to stderr in one write, so that ranks sharing a pipe never
+    interleave their sentences (a pipe keeps a write of up to 4096 bytes whole)."""
+    stream = sys.stderr if stream is None else stream
+    data = (text + "\n").encode("utf-8", "replace")
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a notebook's stream has no file descriptor
+        stream.write(data.decode("utf-8"))
+        stream.flush()
+        return
+    stream.flush()
+    os.write(fd, data[:4095] + (b"\n" if len(data) > 4095 else b""))
+
+
 def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
     """Command-line entry point; returns the exit status. Shown in lesson 7.
 
@@ -266,18 +281,16 @@ def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
     try:
         train(cfg)
     except (TrainError, CheckpointError, DataError) as e:
-        print(f"{name}: error (rank {rank}): {e}", file=sys.stderr, flush=True)
+        say_line(f"{name}: error (rank {rank}): {e}")
         return 2
     except RuntimeError as e:
         if not lost_contact(e):
             raise
         first = str(e).strip().splitlines()[0][:300]
-        print(
+        say_line(
             f"{name}: error (rank {rank}): lost contact with the other ranks ({first}); a rank "
             f"died or the network failed (--timeout {cfg.timeout:g} s). Under torchrun "
-            "--max-restarts the job restarts and resumes from its --checkpoint",
-            file=sys.stderr,
-            flush=True,
+            "--max-restarts the job restarts and resumes from its --checkpoint"
         )
         return 1
     return 0

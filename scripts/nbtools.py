@@ -27,7 +27,7 @@ from nbformat.validator import normalize
 from d2l_gpu._fs import write_atomic
 
 CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason")  # the reason: why not compared
-NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info")
+NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info", "d2l_gpu")  # d2l_gpu: the execution record
 # every notebook names the same kernel, whichever Jupyter executed it last
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}

@@ -11,6 +11,17 @@ status, seconds and key result (last output line of the cell tagged `key-result`
 --markdown, the same table in Markdown under a line naming the machine (CPU model, cores,
 accelerator, PyTorch), profile and date, as the README shows it. Writes both forms to
 build/lessons/summary.json and summary.md, and exits 1 if any notebook failed.
+
+Executed for a commit (--inplace), each notebook gets an execution record in its metadata
+(`d2l_gpu.execution`): the machine (CPU model, cores, accelerator), the date, PyTorch, the profile,
+the load averages before and after, and how busy *other* processes kept the CPUs while it ran.
+A figure taken while something else runs is wrong (and a student re-running it sees another), so a
+notebook is written back only if other processes used at most OTHER_LIMIT of the cores, before it
+started (a 2-second look) and while it ran; otherwise it is reported FAILED and left unchanged,
+unless --force-load, which writes it with `forced: true` in the record (tests refuse such a record).
+Load averages alone cannot decide this: they count the lesson's own processes, and they lag a
+minute behind. Other processes' share = the CPU time the whole machine used (/proc/stat) minus
+the CPU time of this process and its children, per second of wall time (Linux).
 """
 
 from __future__ import annotations
@@ -22,6 +33,11 @@ import os
 import platform
 import sys
 import time
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 from pathlib import Path
 
 import nbformat
@@ -35,6 +51,7 @@ from nbtools import dumps, first_line, tidy  # noqa: E402
 from d2l_gpu._fs import write_atomic  # noqa: E402
 
 OUT = ROOT / "build" / "lessons"
+OTHER_LIMIT = 0.1  # other processes may keep at most a tenth of the cores busy
 
 
 def default_notebooks() -> list[Path]:
@@ -64,9 +81,82 @@ def key_result(nb) -> str:
     return "-"
 
 
-def run_one(path: Path, timeout: int, inplace: bool) -> dict:
+def machine_cpu_seconds() -> float | None:
+    """CPU seconds every process of this machine has used since boot (Linux), else None."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float | None:
+    """CPU seconds of this process and of its children that have ended (the kernel, its jobs)."""
+    if resource is None:
+        return None
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class OtherLoad:
+    """How many cores other processes kept busy between start() and stop(), on average."""
+
+    def start(self) -> None:
+        self.t, self.busy, self.own = time.perf_counter(), machine_cpu_seconds(), own_cpu_seconds()
+
+    def stop(self) -> float | None:
+        busy, own = machine_cpu_seconds(), own_cpu_seconds()
+        if None in (busy, own, self.busy, self.own):
+            return None
+        seconds = max(time.perf_counter() - self.t, 1e-3)
+        return round(max(0.0, (busy - self.busy) - (own - self.own)) / seconds, 3)
+
+
+def load_averages() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, where the system has them."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def execution_record(before: dict, other_during: float | None, forced: bool) -> dict:
+    """The record an executed notebook keeps in metadata.d2l_gpu.execution."""
+    info = machine()
+    limit = OTHER_LIMIT * (os.cpu_count() or 1)
+    others = [before["other_cores"], other_during]
+    clean = all(x is not None and x <= limit for x in others)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        **{k: info[k] for k in ("cpu", "cores", "accelerator", "torch", "python", "profile")},
+        "load_before": before["load"],
+        "load_after": load_averages(),
+        "other_cores_before": others[0],
+        "other_cores_during": others[1],
+        "other_cores_limit": round(limit, 3),
+        "clean": clean,
+        "forced": forced and not clean,
+    }
+
+
+def look_before() -> dict:
+    """Load averages, and the cores other processes keep busy over 2 idle seconds."""
+    meter = OtherLoad()
+    meter.start()
+    time.sleep(2.0)
+    return {"load": load_averages(), "other_cores": meter.stop()}
+
+
+def run_one(path: Path, timeout: int, inplace: bool, force_load: bool = False) -> dict:
     """Execute one notebook; return its summary row."""
     nb = nbformat.read(path, as_version=4)
+    before = look_before() if inplace else None
+    meter = OtherLoad()
+    meter.start()
     current = {"index": None}
     client = NotebookClient(
         nb,
@@ -91,6 +181,18 @@ def run_one(path: Path, timeout: int, inplace: bool) -> dict:
     except Exception as e:  # noqa: BLE001 - report kernel start failures etc. per notebook
         error = f"{type(e).__name__}: {e}"
     seconds = time.perf_counter() - start
+    del client  # the kernel has ended: its CPU time now counts as ours
+    record = None
+    if inplace:
+        record = execution_record(before, meter.stop(), force_load)
+        nb.metadata.setdefault("d2l_gpu", {})["execution"] = record
+        if error is None and not record["clean"] and not force_load:
+            error = (
+                f"executed under load: other processes kept {record['other_cores_before']} cores "
+                f"busy before and {record['other_cores_during']} during the run (limit "
+                f"{record['other_cores_limit']}); stop them and run again (or pass --force-load, "
+                "which the record shows)"
+            )
     text = dumps(tidy(nb))
     target = path if inplace and error is None else OUT / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +204,7 @@ def run_one(path: Path, timeout: int, inplace: bool) -> dict:
         "key_result": key_result(nb),
         "error": error,
         "output": str(target),
+        "execution": record,
     }
 
 
@@ -161,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--profile", choices=["quick", "full", "auto"])
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument(
+        "--force-load",
+        action="store_true",
+        help="with --inplace: write a notebook executed while other processes were busy (recorded)",
+    )
     args = parser.parse_args(argv)
 
     os.environ["D2L_GPU_LIVE_PLOTS"] = "0"
@@ -181,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for path in paths:
         print(f"running {path.name} ...", flush=True)
-        rows.append(run_one(path, args.timeout, args.inplace))
+        rows.append(run_one(path, args.timeout, args.inplace, args.force_load))
         if rows[-1]["error"]:
             print(f"  FAILED {path.name}: {rows[-1]['error']}", flush=True)
 

@@ -378,3 +378,39 @@ def test_check_file_flags_invalid_json(tmp_path):
     assert nbtools.main(["check", str(path)]) == 1
     path.write_text(nbtools.dumps(nbtools.tidy(messy_notebook())))
     assert nbtools.main(["check", str(path)]) == 0
+
+
+# --- executed on an idle machine, and recorded (scripts/run_lessons.py --inplace) -------------
+
+RECORD_KEYS = {"date", "cpu", "cores", "torch", "load_before", "load_after", "other_cores_during"}
+
+
+def record_problems(nb) -> list[str]:
+    """What is wrong with a notebook's execution record (metadata.d2l_gpu.execution)."""
+    record = nb.get("metadata", {}).get("d2l_gpu", {}).get("execution")
+    if not isinstance(record, dict):
+        return ["no execution record: execute it with `scripts/run_lessons.py --inplace`"]
+    problems = [f"the record lacks {k}" for k in sorted(RECORD_KEYS - record.keys())]
+    if record.get("forced"):
+        problems.append("executed under load and written with --force-load")
+    elif record.get("clean") is not True:
+        problems.append(f"not executed on an idle machine: {record}")
+    return problems
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=rel(ALL_NOTEBOOKS))
+def test_executed_on_an_idle_machine(path):
+    problems = record_problems(nbtools.load(path))
+    assert not problems, "; ".join(problems)
+
+
+def test_record_rule_refuses_a_busy_or_forced_run():
+    good = {k: 1 for k in RECORD_KEYS} | {"clean": True, "forced": False}
+    assert record_problems({"metadata": {"d2l_gpu": {"execution": good}}}) == []
+    busy = good | {"clean": False}
+    assert record_problems({"metadata": {"d2l_gpu": {"execution": busy}}})
+    forced = good | {"clean": False, "forced": True}
+    assert "force-load" in " ".join(
+        record_problems({"metadata": {"d2l_gpu": {"execution": forced}}})
+    )
+    assert record_problems({"metadata": {}})

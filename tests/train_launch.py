@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from d2l_gpu.distributed import local_torchrun, worker_pids
+from d2l_gpu.distributed import local_torchrun
+from d2l_gpu.jobs import kill_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ["-m", "d2l_gpu.train"]
@@ -70,21 +71,14 @@ def torchrun(nproc: int, env: dict, folder: Path, *options: str) -> tuple[list[s
 def kill_rank_when(proc, path: Path, rank: int = 1, timeout: float = TIMEOUT) -> None:
     """SIGKILL worker `rank` of the torchrun agent `proc` once `path` (or its temporary) appears.
 
-    The other workers are stopped (SIGSTOP) first and continued after the kill, so that the job
-    cannot get past the next epoch between seeing the file and the kill, however loaded the
-    machine is: the restarted job resumes from exactly this checkpoint.
+    `d2l_gpu.jobs.kill_worker` pauses the other workers around the kill, so that the job cannot
+    get past the next epoch between seeing the file and the kill, however loaded the machine is:
+    the restarted job resumes from exactly this checkpoint.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         if path.exists() or list(path.parent.glob(f".{path.name}.*.tmp")):
-            pids = worker_pids(proc.pid)
-            if rank in pids:
-                others = [pid for r, pid in pids.items() if r != rank]
-                for pid in others:
-                    os.kill(pid, signal.SIGSTOP)
-                os.kill(pids[rank], signal.SIGKILL)
-                for pid in others:
-                    os.kill(pid, signal.SIGCONT)
+            if kill_worker(proc.pid, rank):
                 return
         time.sleep(0.005)
     raise AssertionError(f"{path} did not appear, or rank {rank} was not found, in time")

@@ -1,0 +1,135 @@
+"""Run a command (a script, a torchrun job) from a lesson or a test, and kill one of its workers
+when something has happened. Shown in lesson 7.
+
+Every command runs in a process group of its own, which is killed when the command ends, fails
+or times out, so no worker outlives the call. A kill is decided by an *event* in the job's output
+(a line it printed, a file it wrote), never by a number of seconds: the same kill lands at the same
+point of the job on a fast machine and on a slow one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from d2l_gpu.distributed import worker_pids
+
+__all__ = ["Finished", "kill_worker", "launch", "launch_and_kill", "run_job"]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a job did: its exit status, its output, and whether the asked-for kill happened."""
+
+    returncode: int
+    output: str
+    killed: bool
+
+
+def kill_worker(agent_pid: int, rank: int) -> bool:
+    """SIGKILL the worker of local rank `rank` that the torchrun agent `agent_pid` started.
+
+    Shown in lesson 7. The other workers are paused (SIGSTOP) around the kill and continued after
+    it, so that none of them gets further between the decision and the kill, however loaded the
+    machine is. Returns False if that worker does not exist (yet, or any more)."""
+    pids = worker_pids(agent_pid)
+    if rank not in pids:
+        return False
+    stop, cont = getattr(signal, "SIGSTOP", None), getattr(signal, "SIGCONT", None)
+    others = [pid for r, pid in pids.items() if r != rank]
+    for pid in others if stop else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, stop)
+    try:
+        os.kill(pids[rank], getattr(signal, "SIGKILL", signal.SIGTERM))  # like a crash: no clean-up
+    except ProcessLookupError:
+        return False
+    finally:
+        for pid in others if cont else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, cont)
+    return True
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the process group of `proc` (the process itself where there are no groups)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # Windows
+            proc.kill()
+
+
+def run_job(
+    cmd: Sequence[str],
+    *,
+    cwd=None,
+    env: dict | None = None,
+    timeout: float = 300.0,
+    kill_rank: int | None = None,
+    when: Callable[[str], bool] | None = None,
+) -> Finished:
+    """Run `cmd` to its end; with `when`, kill worker `kill_rank` once `when(output)` is true.
+
+    Shown in lesson 7. Raises TimeoutError, with the job's last output, if it runs past `timeout`
+    seconds (a limit for a job that hangs, never what decides a kill)."""
+    if (when is None) != (kill_rank is None):
+        raise ValueError("run_job: give both kill_rank and when, or neither")
+    if not timeout > 0:
+        raise ValueError(f"run_job: timeout must be a positive number of seconds, not {timeout!r}")
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace", start_new_session=True,
+    )  # fmt: skip
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stdout.readline, "")))
+    reader.start()
+    killed, late = False, False
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and not late:
+            if when is not None and not killed and when("".join(chunks)):
+                killed = kill_worker(proc.pid, kill_rank)
+            late = time.monotonic() > deadline
+            time.sleep(0.005 if when is not None and not killed else 0.05)
+    finally:  # whatever happened: no worker survives the call
+        _kill_group(proc)
+        proc.wait()
+        reader.join(timeout=30)
+        proc.stdout.close()
+    output = "".join(chunks)
+    if late:
+        tail = "\n".join(output.splitlines()[-20:])
+        raise TimeoutError(
+            f"{' '.join(map(str, cmd[:4]))} ... did not end within {timeout:g} s and was killed; "
+            f"pass a larger timeout= if it is just slow. Its last output:\n{tail}"
+        )
+    return Finished(proc.returncode, output, killed)
+
+
+def launch(cmd: Sequence[str], *, cwd=None, env=None, timeout: float = 300.0, check=True) -> str:
+    """Run `cmd` in a process group of its own; return its output (stdout and stderr together).
+
+    Shown in lesson 7. With `check`, a non-zero exit raises RuntimeError with the output."""
+    job = run_job(cmd, cwd=cwd, env=env, timeout=timeout)
+    if check and job.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd[:3]))} ... exited with {job.returncode}:\n{job.output}"
+        )
+    return job.output
+
+
+def launch_and_kill(
+    cmd: Sequence[str], rank: int, when: Callable[[str], bool], *, cwd=None, env=None, timeout=300.0
+) -> str:
+    """Run `cmd` like `launch`; SIGKILL the worker of local rank `rank` once `when(output)` holds.
+
+    Shown in lesson 7: `when=lambda out: "saved checkpoint (epoch 1)" in out` kills right after the
+    first checkpoint, on any machine. Returns the output (with the agent's report of the kill)."""
+    return run_job(cmd, cwd=cwd, env=env, timeout=timeout, kill_rank=rank, when=when).output

@@ -1,0 +1,127 @@
+"""Every exercise check passes a right answer and refuses a plausible wrong one.
+
+The cases live in tests/answers/ (one module per lesson; see its docstring). A check cell is a
+code cell of a lesson's `## Exercises` section that calls `check(` or prints `"Exercise N:`;
+every one of them must have a case, so a new exercise cannot arrive without a wrong answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import pkgutil
+import re
+from pathlib import Path
+
+import nbtools
+import pytest
+from answers import Answer, Case
+from IPython.core.inputtransformer2 import TransformerManager
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_CALL = re.compile(r"^check\(|print\(\s*f?\"Exercise \d+:", re.MULTILINE)
+PASS = re.compile(r"^(correct|Exercise \d+: .*: True)$")
+REFUSAL = re.compile(r"^(not yet|not answered yet|Exercise \d+: (not |.*: False$))")
+
+
+def lesson_modules() -> list:
+    """The modules of tests/answers, one per lesson."""
+    import answers
+
+    return [
+        importlib.import_module(f"answers.{m.name}") for m in pkgutil.iter_modules(answers.__path__)
+    ]
+
+
+def exercise_cells(nb) -> list[dict]:
+    """The code cells from the `## Exercises` heading on."""
+    for i, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "markdown" and nbtools._source(c).lstrip().startswith("## Exercises"):
+            return [c for c in nb["cells"][i:] if c["cell_type"] == "code"]
+    return []
+
+
+def check_cells(nb) -> list[dict]:
+    """The exercise cells that give a verdict."""
+    return [c for c in exercise_cells(nb) if CHECK_CALL.search(nbtools._source(c))]
+
+
+def find(nb, needle: str) -> str:
+    """The source of the one code cell of `nb` that contains `needle`."""
+    found = [
+        nbtools._source(c)
+        for c in nb["cells"]
+        if c["cell_type"] == "code" and needle in nbtools._source(c)
+    ]
+    assert len(found) == 1, f"{len(found)} code cells contain {needle!r}, expected 1"
+    return found[0]
+
+
+def passed(printed: str) -> bool:
+    """A check passed if it printed a passing verdict and no refusal (a cell may hold several)."""
+    lines = [ln.strip() for ln in printed.splitlines()]
+    return any(PASS.match(ln) for ln in lines) and not any(REFUSAL.match(ln) for ln in lines)
+
+
+def verdict(nb, case: Case, answer: Answer) -> str:
+    """Run the case's context, the answer and the check cell; return what the check printed."""
+    cell = find(nb, case.cell)
+    for old, new in answer.replace:
+        assert old in cell, f"{old!r} is not in the check cell"
+        cell = cell.replace(old, new)
+    sources = [find(nb, c) for c in case.context] + [answer.code, cell]
+    namespace: dict = {"__name__": "__main__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for src in sources:
+            exec(compile(TransformerManager().transform_cell(src), "<cell>", "exec"), namespace)  # noqa: S102
+    return out.getvalue()
+
+
+def all_cases() -> list:
+    params = []
+    for module in lesson_modules():
+        nb_name = module.NOTEBOOK
+        for i, case in enumerate(module.CASES):
+            params.append(
+                pytest.param(nb_name, case, id=f"{Path(nb_name).stem}-{i}-{case.why[:40]}")
+            )
+    return params
+
+
+@pytest.fixture(scope="module")
+def notebooks() -> dict:
+    return {p.name: nbtools.load(p) for p in (ROOT / "notebooks").glob("*.ipynb")}
+
+
+@pytest.mark.parametrize(("name", "case"), all_cases())
+def test_check_passes_right_and_refuses_wrong(name, case, notebooks, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a check that writes files writes them here
+    nb = notebooks[name]
+    right = verdict(nb, case, case.right)
+    assert passed(right), f"the right answer did not pass: {right!r}"
+    wrong = verdict(nb, case, case.wrong)
+    assert wrong.strip(), "the wrong answer printed no verdict"
+    assert not passed(wrong), f"the wrong answer ({case.why}) passed: {wrong!r}"
+
+
+def test_every_check_cell_has_a_case(notebooks):
+    by_name = {m.NOTEBOOK: m.CASES for m in lesson_modules()}
+    missing = []
+    for name, nb in sorted(notebooks.items()):
+        cases = by_name.get(name, [])
+        for cell in check_cells(nb):
+            src = nbtools._source(cell)
+            if not any(case.cell in src for case in cases):
+                missing.append(f"{name}: {nbtools.first_line(cell)!r}")
+    assert not missing, "exercise checks with no right/wrong case in tests/answers: " + "; ".join(
+        missing
+    )
+
+
+def test_pass_rule_reads_verdicts():
+    assert passed("correct\n") and passed("Exercise 2: the difference grows: True\n")
+    assert not passed("not yet: count again\n") and not passed("Exercise 2: grows: False\n")
+    assert not passed("Exercise 3: not done yet: fill in t\n") and not passed("")
+    assert not passed("not yet: float32 is 4 bytes\ncorrect\n")  # one of two checks refused

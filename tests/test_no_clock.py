@@ -1,0 +1,153 @@
+"""No compared output is decided by the clock: conditions on elapsed time make a notebook pass on
+one machine and fail on a faster or slower one (issue 20: a rank killed "5 seconds after launch").
+
+The scan reads every code cell of every lesson and solution whose output nbval compares (cells
+tagged nbval-ignore-output print numbers nobody compares) and flags a comparison (`<`, `>`, `==`,
+...) one of whose sides is a clock reading or a timing: a call such as `time.monotonic()` or
+`d2l.measure(...)`, or a name assigned from one anywhere earlier in the notebook (`t0`,
+`elapsed`, `t_book`). Wait for an event instead (a line printed, a file written, a step count),
+or print the timing in an ignored cell and compare a property that holds on every machine.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import nbtools
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "solutions").glob("*.ipynb")
+)
+CLOCKS = {
+    "time", "monotonic", "perf_counter", "perf_counter_ns", "monotonic_ns", "time_ns",
+    "process_time", "measure", "blocked_autorange", "timeit", "elapsed_time", "step_seconds",
+}  # fmt: skip
+
+
+TIME_ATTRIBUTES = {"median", "mean", "iqr", "times", "raw_times"}  # of a timing's result
+IDENTITY = (ast.Is, ast.IsNot, ast.In, ast.NotIn)  # `t is ...` asks whether it was answered
+
+
+def _called_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(
+            f, ast.Attribute
+        ):  # link.time(n) is a model's prediction; time.time() a clock
+            return None if f.attr == "time" and getattr(f.value, "id", None) != "time" else f.attr
+        return getattr(f, "id", None)
+    return None
+
+
+def reads_clock(node: ast.AST, timed: set[str]) -> bool:
+    """Does the expression call a clock or timing function, or read a name that holds a timing?
+
+    What `len(...)` counts is not a time, so its argument is not looked at."""
+    if _called_name(node) == "len":
+        return False
+    if isinstance(node, ast.Attribute) and node.attr not in TIME_ATTRIBUTES:
+        return any(_called_name(sub) in CLOCKS for sub in ast.walk(node.value))  # m.task_spec
+    if _called_name(node) in CLOCKS or (isinstance(node, ast.Name) and node.id in timed):
+        return True
+    return any(reads_clock(child, timed) for child in ast.iter_child_nodes(node))
+
+
+def _names(target: ast.AST) -> list[str]:
+    """The names a target binds; `times[k] = ...` binds (part of) `times`."""
+    if isinstance(target, ast.Subscript):
+        return _names(target.value)
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in _names(elt)]
+    return [target.id] if isinstance(target, ast.Name) else []
+
+
+def track(statements: list[ast.stmt], timed: set[str]) -> None:
+    """Follow the statements in order: a name holds a timing from a clock assignment on, until
+    it is assigned something else (a later `t = torch.ones(3)` is a tensor again)."""
+    for node in statements:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            clock = reads_clock(node.value, timed)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                partial = isinstance(target, ast.Subscript) or isinstance(node, ast.AugAssign)
+                for name in _names(target):
+                    if clock:
+                        timed.add(name)
+                    elif not partial:
+                        timed.discard(name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = set(timed)
+            track(node.body, inner)
+            returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value]
+            if any(reads_clock(r, inner) for r in returns):
+                timed.add(node.name)
+            else:
+                timed.discard(node.name)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            for name in _names(node.target):
+                timed.discard(name)
+            track(node.body, timed)
+            track(node.orelse, timed)
+        elif isinstance(node, (ast.If, ast.While, ast.With, ast.Try)):
+            for block in ("body", "orelse", "finalbody"):
+                track(getattr(node, block, []), timed)
+            for handler in getattr(node, "handlers", []):
+                track(handler.body, timed)
+
+
+def clock_conditions(nb) -> list[str]:
+    """'cell N: source line' for each comparison on a clock reading in a compared cell."""
+    timed: set[str] = set()
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        src = TransformerManager().transform_cell(nbtools._source(cell))
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        track(tree.body, timed)
+        if "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare) or all(
+                isinstance(op, IDENTITY) for op in node.ops
+            ):
+                continue
+            if any(reads_clock(side, timed) for side in [node.left, *node.comparators]):
+                found.append(f"cell {i}: {ast.get_source_segment(src, node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
+def test_no_compared_output_depends_on_the_clock(path):
+    found = clock_conditions(nbtools.load(path))
+    assert not found, "conditions on elapsed time in compared cells: " + "; ".join(found)
+
+
+def test_the_scan_finds_a_kill_on_the_clock():
+    """Negative control: the condition lesson 7 once had, and others like it, are found."""
+
+    def nb(*sources, ignored=False):
+        meta = {"tags": ["nbval-ignore-output"]} if ignored else {}
+        return {"cells": [{"cell_type": "code", "source": s, "metadata": meta} for s in sources]}
+
+    kill = "run = launch_and_kill(cmd, rank=0, when=lambda: time.monotonic() > t0 + 5)"
+    assert clock_conditions(nb("t0 = time.monotonic()", kill))
+    assert clock_conditions(nb("t = d2l.measure(f)", "print('faster:', t < 1e-3)"))
+    assert clock_conditions(nb("times = {}\ntimes[1] = d2l.measure(f)", "print(times[1] > 0)"))
+    assert clock_conditions(
+        nb("def step():\n    return time.perf_counter() - t0", "ok = step() < 2")
+    )
+    # an event, an ignored cell and a printed (not compared) timing are fine
+    assert not clock_conditions(nb('run = launch_and_kill(cmd, 0, lambda out: "epoch 1" in out)'))
+    assert not clock_conditions(nb("t = d2l.measure(f)", "print(t < 1)", ignored=True))
+    assert not clock_conditions(nb("t = d2l.measure(f)", "print(f'{t:.3f} s')"))
+    assert not clock_conditions(nb("print(link.time(2**20) < 1)"))  # a model, not a clock
