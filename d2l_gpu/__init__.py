@@ -103,7 +103,8 @@ _NAMES = {
         "try_all_gpus",
         "try_gpu",
     ],
-    "distributed": ["free_port", "pick_backend", "rank_device", "run_workers"],
+    "distributed": ["free_port", "pick_backend", "rank_device"],
+    "workers": ["run_workers"],
     "jobs": ["kill_worker", "launch", "launch_and_kill", "run_job"],
     "hparams": ["HyperParameters", "add_to_class"],
     "footprint": [

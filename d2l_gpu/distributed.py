@@ -1,10 +1,6 @@
 """Process groups: choosing a backend and device, joining and leaving a group (what the training
-script does under torchrun), launching torchrun privately on one machine, and `run_workers`,
-which starts k processes joined in a group from a notebook or test (lessons 7 and 9-11).
-
-Each worker of `run_workers` is a fresh interpreter (the 'spawn' start method, the only one on
-Windows and the default on macOS), so the function must be importable: defined in a module (the
-package, or a file the notebook wrote), not in the notebook itself.
+script does under torchrun), and launching torchrun privately on one machine (lessons 7 and 9-11).
+`run_workers`, which starts k processes joined in a group from a notebook, is in workers.py.
 """
 
 from __future__ import annotations
@@ -15,17 +11,12 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
-import time
-import traceback
 import warnings
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 _STORE = None  # the store this process joined its group through; dropped by leave_group
 
@@ -196,111 +187,6 @@ def worker_pids(agent_pid: int) -> dict[int, int]:
         int(p) for p, pp in (line.split() for line in out.splitlines()) if int(pp) == agent_pid
     )
     return dict(enumerate(pids))
-
-
-def _worker(rank, fn, world_size, args, store, backend, outdir, threads) -> None:
-    """One rank: join the group through the file `store`, run fn, save its result (or error)."""
-    torch.set_num_threads(threads)
-    if backend == "gloo" and Path("/sys/class/net/lo").exists():
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback (Linux)
-    if backend == "nccl":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-    out = Path(outdir) / f"rank{rank}.pt"
-    result, phase = {}, "joining the group"
-    try:
-        importlib.import_module("torch._dynamo")  # before the group exists: see join_group
-        dist.init_process_group(
-            backend, init_method=Path(store).as_uri(), rank=rank, world_size=world_size
-        )
-        phase = "running"
-        result = {"ok": fn(rank, world_size, *args)}
-        phase = "leaving the group"
-        dist.barrier()  # nobody tears down while another rank still talks to it
-    except BaseException:  # noqa: BLE001 - sent to the parent, which raises it
-        result = {"error": traceback.format_exc(), "phase": phase}
-    finally:
-        leave_group()  # the group's threads are joined here, not at interpreter shutdown
-    tmp = out.with_suffix(".tmp")
-    torch.save(result, tmp)
-    os.replace(tmp, out)
-
-
-def run_workers(
-    fn: Callable,
-    world_size: int,
-    *args,
-    backend: str = "auto",
-    timeout: float = 300.0,
-    threads: int = 1,
-) -> list:
-    """Run `fn(rank, world_size, *args)` in `world_size` processes; return each rank's result.
-
-    Shown in lessons 9-11. The processes meet through a file in a private temporary folder, so
-    no network port is opened for the rendezvous.
-    """
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
-    if getattr(fn, "__module__", "__main__") == "__main__":
-        raise ValueError(
-            f"{getattr(fn, '__name__', fn)!r} is defined in the notebook or script itself; a new "
-            "process cannot import it. Put it in a .py file (e.g. with %%writefile) and import it"
-        )
-    backend = pick_backend(world_size) if backend == "auto" else backend
-    ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="d2l-workers-") as outdir:
-        store = str(Path(outdir) / "store")
-        procs = [
-            ctx.Process(
-                target=_worker,
-                args=(rank, fn, world_size, args, store, backend, outdir, threads),
-                daemon=True,
-            )
-            for rank in range(world_size)
-        ]
-        # The workers' C++ warnings (e.g. the profiler's notes about memory allocated before it
-        # started) would land, at random, in the notebook's output: children log errors only.
-        saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
-        os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
-        try:
-            for p in procs:
-                p.start()
-        finally:
-            if saved is None:
-                os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
-            else:
-                os.environ["TORCH_CPP_LOG_LEVEL"] = saved
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.join(max(0.0, deadline - time.monotonic()))
-        finally:
-            for p in procs:  # whatever happened, no worker outlives the call
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        return _collect(procs, outdir, world_size, timeout)
-
-
-def _collect(procs, outdir, world_size: int, timeout: float) -> list:
-    """Each rank's result in rank order, or a RuntimeError naming the rank that failed first."""
-    results, errors = [], []
-    for rank, p in enumerate(procs):
-        path = Path(outdir) / f"rank{rank}.pt"
-        if not path.exists():
-            why = "did not finish" if p.exitcode is None or p.exitcode < 0 else "failed"
-            raise RuntimeError(
-                f"rank {rank} of {world_size} {why} (exit code {p.exitcode}) within "
-                f"{timeout:.0f} s; run with a larger timeout= or fewer ranks"
-            )
-        result = torch.load(path, weights_only=False)  # written by our own worker just now
-        if "error" in result:
-            errors.append((result["phase"] != "running", rank, result["error"]))
-        else:
-            results.append(result["ok"])
-    if errors:  # the first rank whose own code failed; the others only lost their peer
-        _, rank, error = min(errors)
-        raise RuntimeError(f"rank {rank} of {world_size} raised:\n{error}")
-    return results
 
 
 def rank_device(rank: int | None = None) -> torch.device:

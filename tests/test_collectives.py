@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from d2l_gpu import collectives
-from d2l_gpu.distributed import run_workers
+from d2l_gpu.workers import run_workers
 
 SIZES = [1, 2, 3, 5, 7, 64, 1001, (6, 7)]
 DTYPES = [torch.int64, torch.float32, torch.float64]

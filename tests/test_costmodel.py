@@ -11,7 +11,7 @@ import pytest
 
 from d2l_gpu import costmodel
 from d2l_gpu.costmodel import AlphaBeta
-from d2l_gpu.distributed import run_workers
+from d2l_gpu.workers import run_workers
 
 MB = 1e6
 SIZES = [4 * 4**i for i in range(13)]  # 4 B to 64 MiB, a factor of 4 apart

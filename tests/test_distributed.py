@@ -1,12 +1,20 @@
-"""run_workers: k real processes in one gloo group, results back in rank order, errors named."""
+"""run_workers: k real processes in one gloo group, results back in rank order; failures said as
+what they are (the rank whose code raised, a crash, a timeout); nothing outlives a dead parent."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from d2l_gpu import distributed
+from d2l_gpu import distributed, workers
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def summed(rank, world_size, base):
@@ -22,15 +30,97 @@ def fails(rank, world_size):
     return rank
 
 
+def fails_while_peer_waits(rank, world_size):
+    """Rank 1's own bug; rank 0 meanwhile waits in a collective and loses its peer."""
+    if rank == 1:
+        raise ValueError("bug in rank 1")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    return rank
+
+
+def crashes(rank, world_size, how):
+    if rank == 1:
+        print("rank 1 about to crash", file=sys.stderr, flush=True)
+        if how == "exit":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    dist.barrier()
+    return rank
+
+
+def unpicklable(rank, world_size):
+    return lambda: rank
+
+
+def hangs(rank, world_size, folder):
+    Path(folder, f"pid{rank}").write_text(str(os.getpid()))
+    time.sleep(10**4)
+
+
 def test_results_in_rank_order_from_separate_processes():
-    out = distributed.run_workers(summed, 3, 10, timeout=120)
+    out = workers.run_workers(summed, 3, 10, timeout=120)
     assert [r[:3] for r in out] == [(r, 3, 33.0) for r in range(3)]  # 10 + 11 + 12
     assert len({r[3] for r in out} | {os.getpid()}) == 4  # three new processes
 
 
 def test_error_in_one_rank_is_raised_with_its_traceback():
-    with pytest.raises(RuntimeError, match="rank 1 of 2 raised:(.|\n)*broken on purpose"):
-        distributed.run_workers(fails, 2, timeout=120)
+    with pytest.raises(RuntimeError, match="rank 1 of 2 raised ValueError(.|\n)*broken on purpose"):
+        workers.run_workers(fails, 2, timeout=120)
+
+
+def test_the_rank_whose_code_failed_is_blamed_not_the_one_that_lost_it():
+    """Issue 27: rank 0, waiting in all_reduce, lost its peer; the report named rank 0."""
+    with pytest.raises(RuntimeError) as info:
+        workers.run_workers(fails_while_peer_waits, 2, timeout=120)
+    said = str(info.value)
+    assert said.startswith("rank 1 of 2 raised ValueError: bug in rank 1"), said
+    assert "test_distributed.py" in said.splitlines()[1]  # the student's line, not torch's
+
+
+@pytest.mark.parametrize(("how", "said"), [("exit", "exited with code 3"), ("segv", "SIGSEGV")])
+def test_a_crash_is_reported_as_a_crash_with_its_stderr(how, said):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=f"rank 1 of 2 crashed: it .*{said}") as info:
+        workers.run_workers(crashes, 2, how, timeout=120)
+    assert "rank 1 about to crash" in str(info.value)
+    assert "timeout" not in str(info.value)
+    assert time.monotonic() - start < 100  # not the whole timeout: rank 0 lost its peer and ended
+
+
+def test_an_unpicklable_result_is_said_so():
+    with pytest.raises(RuntimeError, match="return value cannot be sent back"):
+        workers.run_workers(unpicklable, 2, timeout=120)
+
+
+def test_a_hang_is_reported_as_a_timeout(tmp_path):
+    with pytest.raises(
+        TimeoutError, match=r"ranks \[0, 1\] of 2 were still running after timeout=3"
+    ):
+        workers.run_workers(hangs, 2, str(tmp_path), timeout=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"world_size": 0}, "world_size must be a whole number"),
+        ({"world_size": True}, "world_size must be a whole number"),
+        ({"timeout": 0}, "timeout must be a positive"),
+        ({"timeout": -1}, "timeout must be a positive"),
+        ({"backend": "glo"}, "backend must be one of"),
+        ({"threads": 0}, "threads must be"),
+    ],
+)
+def test_bad_arguments_are_refused_at_the_call(kwargs, said):
+    args = {"world_size": 2} | kwargs
+    with pytest.raises(ValueError, match=said):
+        workers.run_workers(summed, args.pop("world_size"), 0, **args)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="this machine has a CUDA GPU")
+def test_nccl_without_a_gpu_is_refused_at_the_call():
+    with pytest.raises(ValueError, match="nccl' needs CUDA GPUs"):
+        workers.run_workers(summed, 2, 0, backend="nccl")
 
 
 def test_function_from_main_is_refused_with_advice():
@@ -39,9 +129,39 @@ def test_function_from_main_is_refused_with_advice():
 
     local.__module__ = "__main__"
     with pytest.raises(ValueError, match="cannot import it"):
-        distributed.run_workers(local, 2)
-    with pytest.raises(ValueError, match="at least 1"):
-        distributed.run_workers(summed, 0, 0)
+        workers.run_workers(local, 2)
+
+
+def alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL])  # SIGTERM ends it the same way
+def test_workers_end_when_their_parent_dies(tmp_path, sig):
+    """Issue 27: a kernel restart (the parent killed) left workers and a folder behind."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    env["TMPDIR"] = str(tmp_path)  # the job's folder goes here, where we can look for it
+    code = "import test_distributed as t, d2l_gpu as d2l; "
+    code += f"d2l.run_workers(t.hangs, 2, {str(tmp_path)!r})"
+    parent = subprocess.Popen([sys.executable, "-c", code], env=env)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("pid*"))) < 2:  # both workers are running
+        assert parent.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
+    assert list(tmp_path.glob("d2l-workers-*"))
+    parent.send_signal(sig)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids), "workers outlived their parent"
+    assert not list(tmp_path.glob("d2l-workers-*")), "the job's folder was left behind"
 
 
 def test_backend_is_gloo_without_enough_cuda_devices():

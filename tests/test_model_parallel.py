@@ -8,9 +8,9 @@ from torch.nn import functional as F
 
 from d2l_gpu import model_parallel as mp
 from d2l_gpu import splitting
-from d2l_gpu.distributed import run_workers
 from d2l_gpu.pipeline import pipeline_worker, torch_pipeline_worker
 from d2l_gpu.tensor_parallel import tensor_parallel_worker, torch_tensor_parallel_worker
+from d2l_gpu.workers import run_workers
 
 F64 = torch.float64
 WIDTHS = [12, 32, 24, 16, 5]  # an MLP with 7 units: Linear, ReLU, ... , Linear

@@ -9,9 +9,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from d2l_gpu import footprint, model_memory, splitting
-from d2l_gpu.distributed import run_workers
 from d2l_gpu.fsdp import fsdp_worker
 from d2l_gpu.sharding import zero_stages_worker, zero_worker
+from d2l_gpu.workers import run_workers
 
 F64 = torch.float64
 WIDTHS = [12, 33, 17, 5]  # 3 linear layers; 3 ranks make the flat layers need padding
