@@ -64,6 +64,30 @@ def _destination(rel: str, members) -> Path | None:
     return None
 
 
+NPM_TIMEOUT = 300  # seconds for one `npm pack`: a registry that does not answer is given up on
+
+
+def npm_pack(spec: str, folder: str, npm: str = "npm", timeout: float = NPM_TIMEOUT) -> str:
+    """`npm pack SPEC` into `folder`; the tarball's name, or SystemExit with npm's own words."""
+    cmd = [npm, "pack", "--silent", spec, "--pack-destination", folder]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        sys.exit(
+            f"make_slides: `npm pack {spec}` did not finish within {timeout:g} s; is the npm "
+            "registry reachable? (npm config get registry)"
+        )
+    said = (done.stderr or done.stdout).strip()
+    if done.returncode != 0:
+        sys.exit(f"make_slides: `npm pack {spec}` failed (exit {done.returncode}): {said[-600:]}")
+    lines = done.stdout.strip().splitlines()
+    if not lines or not (Path(folder) / lines[-1]).is_file():
+        sys.exit(
+            f"make_slides: `npm pack {spec}` wrote no tarball; npm said: {said[-600:] or 'nothing'}"
+        )
+    return lines[-1]
+
+
 def install_vendor() -> None:
     """Fetch the JavaScript libraries into build/slides/vendor once (npm pack; npm's cache)."""
     stamp = VENDOR / ".installed"
@@ -74,10 +98,7 @@ def install_vendor() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for spec, members in PACKAGES.items():
             print(f"fetching {spec} from the npm registry ...", flush=True)
-            name = subprocess.run(
-                ["npm", "pack", "--silent", spec, "--pack-destination", tmp],
-                check=True, capture_output=True, text=True,
-            ).stdout.strip().splitlines()[-1]  # fmt: skip
+            name = npm_pack(spec, tmp)
             with tarfile.open(Path(tmp) / name) as tar:
                 for m in tar.getmembers():
                     rel = m.name.removeprefix("package/")

@@ -242,6 +242,8 @@ def _read(path) -> tuple[str, object]:
         return text, json.loads(text)
     except (OSError, ValueError) as e:
         raise NotebookError(f"cannot read: {e}") from None
+    except RecursionError:
+        raise NotebookError("cannot read: nested too deeply to be a notebook") from None
 
 
 def check_file(path) -> list[str]:

@@ -117,6 +117,8 @@ def run_ranks(machines: TwoMachines, args: argparse.Namespace, outdir: Path) -> 
     procs = []
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     try:
+        held = {signal.SIGTERM, signal.SIGHUP}  # a stop signal now would orphan a half-started rank
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
         for rank in range(4):
             ns, link = machines.names[rank // 2], machines.links[rank // 2]
             cmd = ["ip", "netns", "exec", ns, sys.executable, __file__, "--worker", str(rank)]
@@ -127,9 +129,11 @@ def run_ranks(machines: TwoMachines, args: argparse.Namespace, outdir: Path) -> 
                     cmd, env={**env, "GLOO_SOCKET_IFNAME": link}, start_new_session=True
                 )
             )
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)  # a pending stop is handled here
         for p in procs:
             p.wait(timeout=args.timeout)
     finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         for p in procs:  # only the workers started here, by their process group
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -200,6 +204,11 @@ def measure(args: argparse.Namespace) -> dict:
     return result
 
 
+def _stop(signum, frame) -> None:
+    """A termination signal: leave through the `with` blocks, which remove what was made."""
+    raise SystemExit(f"netns_link: stopped by {signal.Signals(signum).name}; cleaned up")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether it can run here")
@@ -220,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if ok else 1
     if args.rate_mbit <= 0 or args.size_kb <= 0 or args.rounds < 1:
         parser.error("--rate-mbit and --size-kb must be positive and --rounds at least 1")
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # end through the `with` blocks: they clean up
+        signal.signal(sig, _stop)
     result = measure(args)
     text = json.dumps(result, indent=1)
     if args.out:

@@ -153,7 +153,19 @@ def look_before() -> dict:
 
 def run_one(path: Path, timeout: int, inplace: bool, force_load: bool = False) -> dict:
     """Execute one notebook; return its summary row."""
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # noqa: BLE001 - not JSON, not a notebook: a FAILED row, the rest go on
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        return {
+            "lesson": path.stem,
+            "status": "FAILED",
+            "seconds": 0.0,
+            "key_result": "-",
+            "error": f"{path.name} is not a readable notebook ({why}); fix or restore the file",
+            "output": str(path),
+            "execution": None,
+        }
     before = look_before() if inplace else None
     meter = OtherLoad()
     meter.start()
@@ -175,6 +187,10 @@ def run_one(path: Path, timeout: int, inplace: bool, force_load: bool = False) -
         where = f"cell {i} ({first_line(nb.cells[i])!r})" if i is not None else "kernel"
         if isinstance(e, CellExecutionError):
             msg = f"{e.ename}: {e.evalue}"
+        elif isinstance(e, CellTimeoutError):
+            msg = f"ran past the limit of {timeout} s per cell (--timeout) and was stopped"
+        elif isinstance(e, DeadKernelError):
+            msg = "the kernel died (out of memory, a crash in native code, or it was killed)"
         else:
             msg = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e) else ''}"
         error = f"{where}: {msg}"

@@ -3,8 +3,11 @@ the two-machine measurement over network namespaces (Linux and root only)."""
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import netns_link
 import pytest
@@ -107,3 +110,24 @@ def test_two_machines_over_a_slow_link(tmp_path):
     assert measured["hierarchical"] < measured["ring"]  # the slow link carries less
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "d2l11-" not in left  # every namespace made was removed
+
+
+def test_two_machines_are_removed_when_the_script_is_terminated(tmp_path):
+    """Issue 27: SIGTERM left both namespaces and the temporary folder behind."""
+    ok, why = netns_link.available()
+    if not ok:
+        pytest.skip(f"network namespaces unavailable: {why}")
+    cmd = [sys.executable, netns_link.__file__, "--rate-mbit", "100", "--size-kb", "512"]
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("d2l11-netns-*")):  # the machines exist and the ranks start
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "stopped by SIGTERM; cleaned up" in err
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"d2l11-{proc.pid}-" not in left
+    assert not list(tmp_path.glob("d2l11-netns-*"))
+    assert not subprocess.run(["pgrep", "-f", "netns_link.py --worker"], capture_output=True).stdout

@@ -1,0 +1,43 @@
+"""scripts/run_lessons.py and nbtools go on past a bad notebook and say what happened in words."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import nbtools
+import run_lessons
+
+
+def notebook(*sources: str) -> str:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    return nbtools.dumps(nbtools.tidy(nb))
+
+
+def test_a_malformed_notebook_is_a_failed_row_and_the_others_still_run(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(run_lessons, "OUT", tmp_path / "out")
+    bad = tmp_path / "01-bad.ipynb"
+    bad.write_text('{"cells": [')  # cut off mid-write
+    slow = tmp_path / "02-slow.ipynb"
+    slow.write_text(notebook("print('first')", "import time\ntime.sleep(30)"))
+    status = run_lessons.main([str(bad), str(slow), "--timeout", "2"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "FAILED 01-bad: 01-bad.ipynb is not a readable notebook" in out
+    assert "FAILED 02-slow: cell 1 ('import time'): ran past the limit of 2 s per cell" in out
+    assert "Traceback" not in out and "ZMQError" not in out and "-----" not in out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [r["status"] for r in summary["lessons"]] == ["FAILED", "FAILED"]
+
+
+def test_tidy_says_a_deeply_nested_file_is_no_notebook(tmp_path, capsys):
+    deep = tmp_path / "deep.ipynb"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    good = tmp_path / "good.ipynb"
+    good.write_text(notebook("1 + 1"))
+    assert nbtools.main(["tidy", str(deep), str(good)]) == 1
+    out = capsys.readouterr().out
+    assert f"not tidied: {deep}: cannot read: nested too deeply" in out
+    assert nbtools.main(["check", str(deep)]) == 1
