@@ -21,6 +21,14 @@ import torch
 import torch.distributed as dist
 
 from ._fs import sync_folder
+from .checkpoint_checks import (  # noqa: F401 - the checks are part of this module's interface
+    CheckpointError,
+    check_archive,
+    check_fields,
+    check_optimizer_state,
+    check_rng_states,
+    check_state_fits,
+)
 
 __all__ = [
     "CheckpointError",
@@ -38,10 +46,6 @@ __all__ = [
 ]
 
 FORMAT = 2  # bump when the layout of the checkpoint dictionary changes (2: settings recorded)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or belongs to another job, or an output not writable."""
 
 
 def save_atomic(obj, path) -> Path:
@@ -102,6 +106,7 @@ def load_checkpoint(path, map_location="cpu") -> dict | None:
     if not path.exists():
         return None
     elsewhere = "or choose another --checkpoint path to start afresh"
+    check_archive(path, elsewhere)
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
@@ -152,74 +157,6 @@ def check_checkpoint(
     ]
 
 
-def check_state_fits(state, reference: dict, path, what: str = "model") -> None:
-    """Raise CheckpointError unless `state` has the keys, shapes and dtypes of `reference`.
-
-    Shown in lesson 7."""
-    where = f"checkpoint {str(path)!r}"
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{where} holds no {what} state (found {type(state).__name__})")
-    missing, extra = sorted(set(reference) - set(state)), sorted(set(state) - set(reference))
-    problems = [f"missing {', '.join(missing[:5])}"] if missing else []
-    problems += [f"unexpected {', '.join(extra[:5])}"] if extra else []
-    for k in sorted(set(reference) & set(state)):
-        ref, got = reference[k], state[k]
-        if not isinstance(got, torch.Tensor):
-            problems.append(f"{k} is a {type(got).__name__}, not a tensor")
-        elif got.shape != ref.shape or got.dtype != ref.dtype:
-            problems.append(
-                f"{k} is {got.dtype} {tuple(got.shape)}, the model needs {ref.dtype} "
-                f"{tuple(ref.shape)}"
-            )
-    if problems:
-        raise CheckpointError(
-            f"{where}: its {what} tensors do not fit this model ({'; '.join(problems[:5])}); "
-            "it was written for another model, or is damaged: start afresh with another "
-            "--checkpoint path"
-        )
-
-
-def check_optimizer_state(state, param_names, path) -> None:
-    """Raise CheckpointError unless `state` is an optimizer state over exactly `param_names`.
-
-    Shown in lesson 7."""
-    try:
-        named = [n for g in state["param_groups"] for n in g["params"]]
-        ok = sorted(named) == sorted(param_names) and isinstance(state["state"], dict)
-        ok = ok and all(isinstance(g["lr"], float) for g in state["param_groups"])
-        ok = ok and set(state["state"]) <= set(param_names)
-    except (KeyError, TypeError):
-        ok = False
-    if not ok:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r}: its optimizer state does not fit this model's "
-            "parameters; it is damaged: start afresh with another --checkpoint path"
-        )
-
-
-def check_rng_states(states, world_size: int, path) -> None:
-    """Raise CheckpointError unless `states` holds one get_rng_state result per rank.
-
-    Shown in lesson 7."""
-    if not isinstance(states, list) or len(states) != world_size:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} holds no random-number state per rank; it is damaged: "
-            "start afresh with another --checkpoint path"
-        )
-    size = torch.get_rng_state().shape
-    for state in states:
-        try:
-            good = isinstance(state["torch"], torch.Tensor) and state["torch"].shape == size
-            good = good and isinstance(state["python"], tuple)
-        except (KeyError, TypeError):
-            good = False
-        if not good:
-            raise CheckpointError(
-                f"checkpoint {str(path)!r} holds no valid random-number state; it is damaged: "
-                "start afresh with another --checkpoint path"
-            )
-
-
 def get_rng_state(device: torch.device) -> dict:
     """This process's random number generator states (Python, torch CPU and the CUDA device).
 
@@ -252,6 +189,7 @@ def resume(cfg, net, rank: int, world: int) -> dict | None:
                     check_output(path, flag)
             ckpt = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
             if ckpt is not None:
+                check_fields(ckpt, cfg.checkpoint)
                 settings = cfg.settings()
                 notes = check_checkpoint(
                     ckpt, cfg.checkpoint, settings, world_size=world, may_change=cfg.MAY_CHANGE

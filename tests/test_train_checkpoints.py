@@ -83,6 +83,11 @@ def test_other_model_and_world_size_refused(ckpt_path, capsys):
         (lambda c: c.update(rng=[{}]), "no valid random-number state"),
         (lambda c: c.update(rng=[]), "random-number state per rank"),
         (lambda c: c["optimizer_state"].update(param_groups=[{"lr": 0.1}]), "optimizer state"),
+        (lambda c: c.update(epoch=-3), "epoch -3 (a whole number from 0 to 1)"),
+        (lambda c: c.update(epoch="one"), "epoch 'one'"),
+        (lambda c: c.update(epoch=5), "epoch 5 (a whole number from 0 to 1)"),
+        (lambda c: c["optimizer_state"]["param_groups"][0].update(momentum="x"), "momentum 'x'"),
+        (lambda c: c["optimizer_state"]["param_groups"][0].update(lr=float("nan")), "lr nan"),
     ],
 )  # fmt: skip
 def test_checkpoint_that_does_not_fit_is_refused(ckpt_path, capsys, damage, message):
@@ -95,6 +100,20 @@ def test_checkpoint_that_does_not_fit_is_refused(ckpt_path, capsys, damage, mess
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
     assert digest(ckpt_path) == before  # left as it was
+
+
+def test_a_damaged_checkpoint_is_refused_by_its_checksums(ckpt_path, capsys):
+    """Issue 27: 4 KiB flipped mid-file were resumed from (torch.load checks no CRC)."""
+    data = bytearray(ckpt_path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(b ^ 0xFF for b in data[middle : middle + 4096])
+    ckpt_path.write_bytes(bytes(data))
+    before = digest(ckpt_path)
+    capsys.readouterr()
+    assert train.main([*ARGS, *SMALL, "--checkpoint", str(ckpt_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is damaged" in err and "move it away" in err and "Traceback" not in err, err
+    assert digest(ckpt_path) == before  # kept, for whoever wants to look at it
 
 
 def test_unreadable_or_foreign_checkpoint_refused_without_delete_advice(lone, tmp_path, capsys):
