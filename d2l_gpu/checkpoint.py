@@ -14,6 +14,7 @@ import contextlib
 import glob
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -209,16 +210,50 @@ def resume(cfg, net, rank: int, world: int) -> dict | None:
     return value
 
 
+def _nbytes(obj) -> int:
+    """Bytes of the tensors in a nested dict / list / tuple."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+def write_failure(path, ckpt: dict, error: BaseException) -> str:
+    """The sentence for a checkpoint that could not be written (a full disk, say)."""
+    folder = Path(path).resolve().parent
+    try:
+        free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB are free"
+    except OSError:
+        free = "the free space is unknown"
+    why = getattr(error, "strerror", None) or str(error).strip().splitlines()[0][:200]
+    kept = "the last good checkpoint is kept" if Path(path).exists() else "no checkpoint exists yet"
+    return (
+        f"cannot write the checkpoint {str(path)!r} ({why}): {free} in {str(folder)!r} and it "
+        f"needs about {_nbytes(ckpt) / 2**20:.1f} MiB; {kept}. Free some space (or choose another "
+        "--checkpoint), then run the same command to resume"
+    )
+
+
 def save_checkpoint(cfg, strategy, epoch: int, rank: int, world: int, device) -> None:
     """Gather the full states and every rank's RNG state; rank 0 writes them atomically to
-    cfg.checkpoint; all ranks wait until it is on disk. Shown in lesson 7."""
+    cfg.checkpoint; all ranks wait until it is on disk, or all raise CheckpointError if it could
+    not be written (the previous checkpoint is kept). Shown in lesson 7."""
     rng = [None] * world
     dist.all_gather_object(rng, get_rng_state(device))
     model_state, optimizer_state = strategy.model_state(), strategy.optimizer_state()
+    outcome = [None]
     if rank == 0:
         ckpt = {"format": FORMAT, "settings": cfg.settings(), "world_size": world,
                 "epoch": epoch, "model_state": model_state, "optimizer_state": optimizer_state,
                 "rng": rng}  # fmt: skip
-        save_atomic(ckpt, cfg.checkpoint)
-        print(f"saved checkpoint (epoch {epoch}) to {cfg.checkpoint}", flush=True)
-    dist.barrier()  # a rank that dies after this point cannot lose this epoch
+        try:
+            save_atomic(ckpt, cfg.checkpoint)
+            print(f"saved checkpoint (epoch {epoch}) to {cfg.checkpoint}", flush=True)
+        except (OSError, RuntimeError) as e:  # torch.save says a full disk as a RuntimeError
+            outcome = [write_failure(cfg.checkpoint, ckpt, e)]
+    dist.broadcast_object_list(outcome, src=0)  # a rank that dies after this cannot lose this epoch
+    if outcome[0] is not None:
+        raise CheckpointError(outcome[0])

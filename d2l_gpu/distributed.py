@@ -11,7 +11,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -124,6 +127,27 @@ def leave_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     _STORE = None
+
+
+def end_with_parent(on_exit: Callable[[], None] | None = None, every: float = 0.2) -> None:
+    """Exit this process, after `on_exit()`, as soon as the process that started it is gone.
+
+    Shown in lessons 7 and 9-11: a torchrun agent killed with SIGKILL, or a notebook kernel
+    restarted, leaves its workers running unsupervised; a thread in each worker looks every
+    `every` seconds whether it was handed to another parent, and ends the worker if so."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(every)
+            if os.getppid() != parent:
+                try:
+                    if on_exit is not None:
+                        on_exit()
+                finally:
+                    os._exit(1)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
 
 
 def lost_contact(error: BaseException) -> bool:

@@ -31,6 +31,18 @@ import torch.distributed as dist
 from .checkpoint import CheckpointError, resume, save_atomic, save_checkpoint, set_rng_state
 from .data import DataError, fashion_mnist_dir, read_fashion_mnist
 from .distributed import device_and_backend, join_group, leave_group, lost_contact
+from .stopping import (
+    DONE,
+    FINAL,
+    LOST,
+    STOPPED,
+    Stopped,
+    end_with_agent,
+    kept,
+    say_line,
+    stop_on_signals,
+    stop_restarts,
+)
 from .strategies import (
     DTYPES,
     STRATEGIES,
@@ -256,33 +268,25 @@ def train(cfg: TrainConfig) -> None:
         leave_group()
 
 
-def say_line(text: str, stream=None) -> None:
-    """Write `text` and its newline to stderr in one write, so that ranks sharing a pipe never
-    interleave their sentences (a pipe keeps a write of up to 4096 bytes whole)."""
-    stream = sys.stderr if stream is None else stream
-    data = (text + "\n").encode("utf-8", "replace")
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):  # a notebook's stream has no file descriptor
-        stream.write(data.decode("utf-8"))
-        stream.flush()
-        return
-    stream.flush()
-    os.write(fd, data[:4095] + (b"\n" if len(data) > 4095 else b""))
-
-
 def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
-    """Command-line entry point; returns the exit status. Shown in lesson 7.
+    """Command-line entry point; returns the exit status (see d2l_gpu.stopping). Shown in lesson 7.
 
     0: done; 1: lost contact with the other ranks (torchrun may restart); 2: a job that cannot
-    run as asked (bad flags, data or checkpoint), said in a sentence."""
+    run as asked (bad flags, data or checkpoint, a full disk), said in a sentence: final, no
+    restart; 130: stopped by Ctrl-C or SIGTERM."""
     cfg = parse_args(argv, prog)
     rank, name = os.environ.get("RANK", "0"), prog.split()[-1]
+    end_with_agent(name, rank)
     try:
         train(cfg)
+    except Stopped as e:
+        if rank == "0":
+            say_line(f"{name}: stopped by {e}; {kept(cfg.checkpoint)}")
+        return STOPPED
     except (TrainError, CheckpointError, DataError) as e:
         say_line(f"{name}: error (rank {rank}): {e}")
-        return 2
+        stop_restarts()
+        return FINAL
     except RuntimeError as e:
         if not lost_contact(e):
             raise
@@ -292,9 +296,10 @@ def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
             f"died or the network failed (--timeout {cfg.timeout:g} s). Under torchrun "
             "--max-restarts the job restarts and resumes from its --checkpoint"
         )
-        return 1
-    return 0
+        return LOST
+    return DONE
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

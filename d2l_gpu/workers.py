@@ -21,9 +21,7 @@ import importlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -33,19 +31,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .distributed import leave_group, lost_contact, pick_backend
+from .distributed import end_with_parent, leave_group, lost_contact, pick_backend
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi", "xccl")
 WATCH_EVERY = 0.2  # seconds between a worker's looks at whether its parent is still alive
-
-
-def _watch_parent(parent: int, outdir: str) -> None:
-    """In a worker: exit (and remove the job's folder) as soon as the parent process is gone."""
-    while True:
-        time.sleep(WATCH_EVERY)
-        if os.getppid() != parent:  # re-parented: the caller died without cleaning up
-            shutil.rmtree(outdir, ignore_errors=True)
-            os._exit(1)
 
 
 def _student_frame(tb) -> str:
@@ -59,9 +48,9 @@ def _student_frame(tb) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
 
 
-def _worker(rank, fn, world_size, args, store, backend, outdir, threads, parent) -> None:
+def _worker(rank, fn, world_size, args, store, backend, outdir, threads) -> None:
     """One rank: join the group through the file `store`, run fn, save its result (or error)."""
-    threading.Thread(target=_watch_parent, args=(parent, outdir), daemon=True).start()
+    end_with_parent(lambda: shutil.rmtree(outdir, ignore_errors=True), every=WATCH_EVERY)
     err = os.open(Path(outdir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(err, 2)  # the rank's stderr, quoted in the report if it crashes
     torch.set_num_threads(threads)
@@ -161,7 +150,7 @@ def run_workers(
         procs = [
             ctx.Process(
                 target=_worker,
-                args=(rank, fn, world_size, args, store, backend, outdir, threads, os.getpid()),
+                args=(rank, fn, world_size, args, store, backend, outdir, threads),
                 daemon=True,
             )
             for rank in range(world_size)
@@ -238,7 +227,3 @@ def _collect(procs, outdir, world_size: int, timeout: float, running: list[int])
             "the work is just slow, pass a larger timeout="
         )
     return results
-
-
-if sys.platform == "win32":  # no re-parenting to watch for: the parent's death ends the job
-    WATCH_EVERY = 1.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from d2l_gpu import jobs
-from d2l_gpu.train import say_line
+from d2l_gpu.stopping import say_line
 
 LINUX = Path("/proc/self/task").exists()
 
