@@ -14,7 +14,7 @@ import torch.distributed as dist
 from .distributed import rank_device
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
+def flat_view(x: torch.Tensor) -> torch.Tensor:
     """`x` as one flat view sharing its memory (the algorithms work on contiguous buffers)."""
     if not x.is_contiguous():
         raise ValueError(
@@ -24,7 +24,7 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.view(-1)
 
 
-def _members(ranks: list[int] | None) -> tuple[list[int], int]:
+def members(ranks: list[int] | None) -> tuple[list[int], int]:
     """The participating ranks, in order, and this process's position among them."""
     ranks = list(range(dist.get_world_size())) if ranks is None else list(ranks)
     me = dist.get_rank()
@@ -45,14 +45,19 @@ def open_reverse_links() -> None:
         _REVERSE.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo"))
 
 
+def reverse_group() -> dist.ProcessGroup | None:
+    """The group of `open_reverse_links` for messages to lower ranks, or None (lesson 11)."""
+    return _REVERSE["group"] if _REVERSE.get("world") is dist.group.WORLD else None
+
+
 def exchange(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
     """Post all sends and receives (tensor, global rank) at once, then wait (lesson 11)."""
     # Posting first matters: two ranks that each sent before receiving could wait forever.
     sends = [(t, peer) for t, peer in sends if t.numel() > 0]
     recvs = [(t, peer) for t, peer in recvs if t.numel() > 0]
     me = dist.get_rank()
-    if _REVERSE.get("world") is dist.group.WORLD:  # gloo with reverse links: up and down apart
-        down = _REVERSE["group"]
+    down = reverse_group()
+    if down is not None:  # gloo with reverse links: up and down apart
         works = [dist.isend(t, peer, group=down if peer < me else None) for t, peer in sends]
         works += [dist.irecv(t, peer, group=down if me < peer else None) for t, peer in recvs]
     else:
@@ -75,10 +80,10 @@ def ps_push_pull(x: torch.Tensor, num_servers: int = 1, ranks: list[int] | None 
     """Sum `x` over `ranks` through parameter servers: push key ranges, pull sums (lesson 11)."""
     # The first num_servers ranks also serve one key range each. One server is the naive
     # scheme of lesson 5 (all traffic on its link); k servers spread it over every rank's link.
-    ranks, me = _members(ranks)
+    ranks, me = members(ranks)
     if not 1 <= num_servers <= len(ranks):
         raise ValueError(f"num_servers must be between 1 and {len(ranks)}, got {num_servers}")
-    flat = _flat(x)
+    flat = flat_view(x)
     parts = [flat[a:b] for a, b in key_ranges(flat.numel(), num_servers)]
     others = [r for i, r in enumerate(ranks) if i != me]
     serving = me < num_servers
@@ -99,11 +104,11 @@ def ring_all_reduce(x: torch.Tensor, ranks: list[int] | None = None) -> None:
     # In step t of the reduce-scatter, position i sends chunk i - t to its right neighbour and
     # adds the chunk i - t - 1 arriving from its left one; after k - 1 steps it holds the whole
     # sum of chunk i + 1, which the all-gather passes on. Each rank sends 2(k-1)/k of x.
-    ranks, i = _members(ranks)
+    ranks, i = members(ranks)
     k = len(ranks)
     if k == 1:
         return
-    chunks = _flat(x).tensor_split(k)
+    chunks = flat_view(x).tensor_split(k)
     right, left = ranks[(i + 1) % k], ranks[(i - 1) % k]
     for t in range(k - 1):  # reduce-scatter
         out, into = chunks[(i - t) % k], chunks[(i - t - 1) % k]
@@ -120,13 +125,13 @@ def hierarchical_all_reduce(
     """Sum `x`: reduce inside each machine, ring across machines, broadcast inside (lesson 11)."""
     # Consecutive blocks of local_size ranks form one machine, led by their first rank. Only
     # the leaders use the (slow) link between machines.
-    ranks, me = _members(ranks)
+    ranks, me = members(ranks)
     if local_size < 1 or len(ranks) % local_size:
         raise ValueError(
             f"{len(ranks)} ranks cannot form machines of local_size={local_size}: "
             "choose a local_size that divides the number of ranks"
         )
-    flat = _flat(x)
+    flat = flat_view(x)
     first = me - me % local_size
     machine = ranks[first : first + local_size]
     leader = machine[0]
@@ -141,6 +146,8 @@ def hierarchical_all_reduce(
         exchange([(flat, leader)], [])
         exchange([], [(flat, leader)])
 
+
+_flat, _members = flat_view, members  # the names of earlier versions
 
 ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 11 compares
     "all_reduce": lambda x, ranks, group: dist.all_reduce(x, group=group),

@@ -87,9 +87,13 @@ def pipeline_time(compute: list[float], comm: list[float]) -> float:
 # ---- measuring, inside every rank of a process group ----------------------------------------
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait until `device` has finished its queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+_sync = sync_device  # the name of earlier versions
 
 
 def time_ops(
@@ -107,7 +111,7 @@ def time_ops(
             dist.barrier(group=group)
             start = time.perf_counter()
             ops[name]()
-            _sync(device)
+            sync_device(device)
             if r >= 0:
                 times[j, r] = time.perf_counter() - start
     slowest = times.to(device)

@@ -1,0 +1,40 @@
+"""Lesson 10's exercise checks, each fed a right and a plausible wrong answer."""
+
+from answers import Answer, Case
+
+NOTEBOOK = "10-sharding.ipynb"
+SETUP = ("MiB, GiB = 2**20, 2**30", "returned = []  # what a function")
+TODO = "    return ...  # TODO"
+GPUS = """    for k in (2**i for i in range(11)):
+        if sum(d2l.bytes_per_rank(breakdown, k, {stage}).values()) <= memory:
+            return k
+    return None
+"""
+SENT = """    part = (k - 1) / k * P
+    return {{0: 2 * part, 1: 2 * part, 2: 2 * part, 3: {stage3} * part}}[stage]
+"""
+KEPT = "kept_by_every[every] = ..."
+
+CASES = [
+    Case(
+        cell="def gpus_needed(",
+        context=SETUP,
+        right=Answer(replace=((TODO, GPUS.format(stage="stage")),)),
+        wrong=Answer(replace=((TODO, GPUS.format(stage=3)),)),
+        why="every stage counted as ZeRO-3",
+    ),
+    Case(
+        cell="def bytes_sent(",
+        context=SETUP,
+        right=Answer(replace=((TODO, SENT.format(stage3=3)),)),
+        wrong=Answer(replace=((TODO, SENT.format(stage3=2)),)),
+        why="stage 3 counted like an all-reduce, one gather short",
+    ),
+    Case(
+        cell=KEPT,
+        context=SETUP,
+        right=Answer(replace=((KEPT, "kept_by_every[every] = {1: 3.0, 2: 1.5, 3: 1.0}[every]"),)),
+        wrong=Answer(replace=((KEPT, "kept_by_every[every] = 33.1  # the plain net each time"),)),
+        why="the plain net counted each time",
+    ),
+]
