@@ -21,9 +21,9 @@ DIRECTML = "privateuseone"  # the device type that torch_directml registers
 
 INSTALL_HINT = (
     "To use an accelerator, install a PyTorch build for it (https://pytorch.org/get-started/"
-    "locally/): NVIDIA - a CUDA build and the NVIDIA driver; AMD - a ROCm build (Linux); "
-    "Apple silicon - the standard macOS build (MPS); Intel - an XPU build; "
-    "Windows with any DirectX 12 GPU - `pip install torch-directml`."
+    "locally/): NVIDIA - a CUDA build and the NVIDIA driver; AMD - a ROCm build (Linux, or WSL 2 "
+    "with a recent Radeon card); Apple silicon - the standard macOS build (MPS); Intel - an XPU "
+    "build; Windows with any DirectX 12 GPU - `pip install torch-directml`."
 )
 
 
@@ -131,6 +131,15 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.mps.synchronize()  # one device, no argument
     elif hasattr(getattr(torch, kind, None), "synchronize"):
         getattr(torch, kind).synchronize(device)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is an allocator's out-of-memory error, on any backend. Shown in lesson 2."""
+    if isinstance(error, torch.OutOfMemoryError):  # CUDA, ROCm, XPU
+        return True
+    message = str(error).lower()  # MPS, DirectML and the CPU raise a plain RuntimeError
+    signs = ("out of memory", "not enough gpu video memory", "can't allocate memory")
+    return isinstance(error, RuntimeError) and any(sign in message for sign in signs)
 
 
 def _read_back(device: torch.device | str) -> None:

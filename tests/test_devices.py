@@ -229,3 +229,20 @@ def test_try_gpu_required_raises_with_the_count_instead_of_falling_back(fake_mac
     assert devices.try_gpu(1) == torch.device("cpu")  # the book's silent fallback
     with pytest.raises(RuntimeError, match=r"no device 1; this machine has 1 cuda device"):
         devices.try_gpu(1, required=True)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+        (RuntimeError("MPS backend out of memory (MPS allocated: 9.06 GB)"), True),
+        (RuntimeError("Could not allocate tensor: not enough GPU video memory available"), True),
+        (RuntimeError("[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: "
+                      "can't allocate memory: you tried to allocate 2147483648 bytes"), True),
+        (RuntimeError("Expected all tensors to be on the same device"), False),
+        (ValueError("out of memory"), False),  # not the allocator's kind of error
+    ],
+)  # fmt: skip
+def test_out_of_memory_is_recognised_on_every_backend(error, expected):
+    """MPS and DirectML say it as a plain RuntimeError that `except OutOfMemoryError` misses."""
+    assert devices.is_out_of_memory(error) is expected
