@@ -131,6 +131,9 @@ ALLOWED = {
     ("05-data-parallel.ipynb", "t_book < t_split"): "recomputes the winner from the student's own "
     "two times; the check prints whether the student named it, True at any speed",
     ("05-data-parallel.ipynb", "winner == faster"): "the same check",
+    ("08-performance-lab.ipynb", "first_call > 100 * compiled_times[0]"): "compiling takes seconds "
+    "and a compiled call on one element microseconds, 10**4 to 10**6 apart on any machine; the "
+    "committed starter never runs it (RUN_COMPILE = False)",
 }
 
 
