@@ -168,13 +168,15 @@ def local_torchrun(nproc: int, *options: str, folder=None) -> tuple[list[str], d
 
     Shown in lesson 7. The agents meet through a file (a c10d FileStore rendezvous) instead of a
     TCP port, and rank 0 binds the job's store to 127.0.0.1, so nothing listens on the network.
-    The file lives in `folder` (else torchrun makes a private temporary one).
+    The file lives in `folder`, and so do torchrun's per-job log folders (`--log-dir`), so
+    removing `folder` leaves nothing behind; without `folder`, torchrun makes both in the
+    temporary folder and never removes them.
     """
-    where = (
-        []
-        if folder is None
-        else ["--rdzv-endpoint", str(Path(folder) / f"rdzv-{os.urandom(6).hex()}")]
-    )
+    where = []
+    if folder is not None:
+        job = os.urandom(6).hex()
+        where = ["--rdzv-endpoint", str(Path(folder) / f"rdzv-{job}"),
+                 "--log-dir", str(Path(folder) / "torchrun-logs")]  # fmt: skip
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--rdzv-backend", "c10d", "--rdzv-conf", "store_type=file", *where,
            "--local-addr", "127.0.0.1", *options]  # fmt: skip

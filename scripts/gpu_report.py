@@ -202,7 +202,9 @@ def step_ddp(args) -> list[dict]:
     job += ["--limit", str(args.limit)] if args.limit else []
     runs = {"ddp 1 process": [PY, *job]}
     for backend in ("nccl", "gloo"):
-        launch = [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
+        logs = Path(args.out) / "gpu-report" / "torchrun-logs"  # not torchrun's default, /tmp
+        launch = [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+                  "--log-dir", str(logs)]  # fmt: skip
         runs[f"ddp {backend} x{n}"] = [*launch, *job, "--backend", backend]
     out = []
     for name, cmd in runs.items():

@@ -57,7 +57,8 @@ def one_job(i: int, args, data: Path, base: Path) -> dict:
     if args.launcher == "tcp":  # the c10d rendezvous on a TCP port, as lesson 7 had it first
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-               "--local-addr", "127.0.0.1", *restarts]  # fmt: skip
+               "--local-addr", "127.0.0.1", "--log-dir", str(work / "torchrun-logs"),
+               *restarts]  # fmt: skip
         env = {"GLOO_SOCKET_IFNAME": "lo"} if Path("/sys/class/net/lo").exists() else {}
     else:
         cmd, env = local_torchrun(2, *restarts, folder=work)

@@ -10,7 +10,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import struct
+import sys
+import tempfile
+import uuid
 import zlib
 from pathlib import Path
 
@@ -26,6 +30,46 @@ if os.environ.get("D2L_GPU_BROWSER") != "1":
     # minutes of CPU, so plain `pytest tests` does not even collect them. One conftest.py only:
     # a second one (tests/browser/conftest.py) took the module name `conftest` from this one.
     collect_ignore = ["browser"]
+
+
+# --- nothing left behind: processes, namespaces, mounts, temporary files (tests/leftovers.py) ---
+
+
+def pytest_sessionstart(session):
+    """Give the run its own TMPDIR and mark its processes, then note what exists already.
+
+    Not for the browser tests (`make test-browser`), whose JupyterLab and Chromium keep their own
+    helper processes and caches."""
+    if os.environ.get("D2L_GPU_BROWSER") == "1":
+        return
+    import leftovers
+
+    token, tmp = uuid.uuid4().hex, Path(tempfile.mkdtemp(prefix="d2l-tests-"))
+    tmp.chmod(0o755)  # as /tmp is to others: a test runs code as a user without privileges
+    os.environ[leftovers.MARK], os.environ["TMPDIR"], tempfile.tempdir = token, str(tmp), str(tmp)
+    session.config.stash[_LEFTOVERS] = (token, tmp, leftovers.snapshot(token, tmp))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if it left a process, namespace, mount or temporary entry behind."""
+    import leftovers
+
+    if _LEFTOVERS not in session.config.stash:
+        return
+    token, tmp, before = session.config.stash[_LEFTOVERS]
+    found = leftovers.wait_until_clean(before, token, tmp)
+    if found:
+        print("\nThe tests left these behind (tests/leftovers.py):", file=sys.stderr)
+        for sentence in found:
+            print(f"  {sentence}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif session.exitstatus == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # kept after a failure, for its tmp_path folders
+    else:
+        print(f"\nThis run's temporary files are kept in {tmp}", file=sys.stderr)
+
+
+_LEFTOVERS = pytest.StashKey[tuple]()
 
 
 def idx_bytes(array: np.ndarray, kind: str) -> bytes:

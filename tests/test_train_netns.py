@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class Hosts:
         self.ns = [f"d2l-{tag}-a", f"d2l-{tag}-b"]
         self.link = [f"d2l{tag}a", f"d2l{tag}b"]  # interface names: at most 15 characters
         self.ip = [f"10.231.{net}.1", f"10.231.{net}.2"]
+        self.logs = Path(tempfile.mkdtemp(prefix="d2l-netns-logs-"))  # torchrun's --log-dir
 
     def create(self) -> None:
         for ns in self.ns:
@@ -82,6 +84,7 @@ class Hosts:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        shutil.rmtree(self.logs, ignore_errors=True)
         # a pair left in this namespace by a creation that failed half-way
         subprocess.run(["ip", "link", "del", self.link[0]], capture_output=True, timeout=30)
 
@@ -98,7 +101,8 @@ class Hosts:
                 "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{self.ip[0]}:29400",
                 "--rdzv-id", "d2l-netns", "--rdzv-conf", rdzv, "--local-addr", self.ip[node],
-                "--max-restarts", "1", *SCRIPT, *script_args]  # fmt: skip
+                "--log-dir", str(self.logs / f"node{node}"), "--max-restarts", "1",
+                *SCRIPT, *script_args]  # fmt: skip
 
 
 @pytest.fixture
