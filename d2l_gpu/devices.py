@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import numbers
 import os
 
 import torch
@@ -82,6 +83,14 @@ def accelerator_type() -> str | None:
     return _accel_type()
 
 
+def _index(caller: str, i) -> None:
+    """Refuse a device index that is not a whole number >= 0, naming `caller`."""
+    if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+        raise TypeError(f"{caller}({i!r}): a device index is a whole number such as 0 or 1")
+    if i < 0:
+        raise ValueError(f"{caller}({i}): devices are numbered from 0; give an index 0 or more")
+
+
 def cpu() -> torch.device:
     """Return the CPU device. Shown in lesson 1."""
     return torch.device("cpu")
@@ -89,6 +98,7 @@ def cpu() -> torch.device:
 
 def gpu(i: int = 0) -> torch.device:
     """Name accelerator device i ('cuda' where there is none), unchecked. Shown in lesson 1."""
+    _index("gpu", i)
     return torch.device(f"{_accel_type() or 'cuda'}:{i}")
 
 
@@ -99,8 +109,7 @@ def num_gpus() -> int:
 
 def try_gpu(i: int = 0, *, required: bool = False) -> torch.device:
     """gpu(i) if it exists, else cpu() (required=True: raise, saying why). Shown in lesson 1."""
-    if i < 0:
-        raise ValueError(f"try_gpu({i}): devices are numbered from 0; give an index 0 or more")
+    _index("try_gpu", i)
     if num_gpus() >= i + 1:
         return gpu(i)
     if required:

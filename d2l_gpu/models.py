@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import _checks
+
 
 def _form_1_0(num_channels, use_1x1conv=False, strides=1):
     """Residual's d2l 1.0 signature: lazy layers, input channels found at the first call."""
@@ -106,6 +108,8 @@ def resnet_block(num_channels: int, num_residuals: int, first_block: bool = Fals
 
 def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     """A slightly modified ResNet-18 model (3x3 stem, no max-pooling) for small images."""
+    _checks.whole("resnet18: num_classes", num_classes)
+    _checks.whole("resnet18: in_channels", in_channels)
     net = nn.Sequential(
         nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
         nn.BatchNorm2d(64),

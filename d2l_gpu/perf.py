@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from . import _checks
 from .models import has_lazy
 from .training import Timer
 
@@ -35,6 +36,7 @@ PEAK_TFLOPS = [
 
 def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: int = 5) -> float:
     """Median seconds of `fn()` over `repeat` runs, after `warmup` runs, synchronizing `device`."""
+    _checks.callable_("measure: fn", fn)
     if repeat < 1 or warmup < 0:
         raise ValueError(f"measure needs repeat >= 1 and warmup >= 0, got {repeat=}, {warmup=}")
     for _ in range(warmup):
