@@ -54,8 +54,9 @@ test-slow: setup-dev  ## nbval again on one core shared with a busy loop: speed-
 lab: setup  ## JupyterLab on the lessons (diagrams and live training curves as in the browser test)
 	$(PY) scripts/lab.py
 
-kernel: setup  ## register this environment as the Jupyter kernel "d2l-gpu" for your own Jupyter
-	$(PY) -m ipykernel install --user --name d2l-gpu --display-name "Python 3 (d2l-gpu)"
+kernel:  ## register the Python you run it with (PYTHON=..., default python3) as the kernel "Python 3 (d2l-gpu)"
+	@$(PYTHON) -c "import ipykernel" 2>/dev/null || { echo "make kernel: $(PYTHON) has no ipykernel; run: $(PYTHON) -m pip install -e '.[notebook]'" >&2; exit 2; }
+	$(PYTHON) -m ipykernel install --user --name d2l-gpu --display-name "Python 3 (d2l-gpu)"
 
 stress: setup-dev  ## 40 two-rank torchrun jobs; prints how many exited non-zero (must be 0)
 	$(PY) scripts/stress_ddp.py
