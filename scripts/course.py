@@ -1,0 +1,213 @@
+"""The course's commands on Linux, macOS and Windows, without make.
+
+    python scripts/course.py COMMAND [--dry-run]      (Windows: py scripts\\course.py COMMAND)
+
+setup         create .venv and install the learners' lock and the package
+setup-dev     setup, then the maintainers' lock (tests, lint, nbval)
+lessons       execute every lesson headless into build/lessons/ and print the table
+test          unit tests, then strict nbval over every lesson and solution
+test-unit     the unit tests               test-unit-1thread   the same on one thread
+test-notebooks  strict nbval               test-slow           nbval on one busy core (Linux)
+lab           JupyterLab on the lessons    kernel              register the Python you run this with
+check         ruff and notebook hygiene    format              ruff format, notebooks normalised
+slides        the reveal.js decks          test-browser        the lessons in headless Chromium
+stress        40 two-rank torchrun jobs    gpu-report          the GPU acceptance run
+spread        the spread of the "it learns" figures            clean    remove build/ and caches
+
+The Makefile's targets call this script, so `make test` and `python scripts/course.py test` do
+the same. The virtual environment is `.venv` (VENV=... to change it); its Python is
+`.venv/bin/python`, or `.venv\\Scripts\\python.exe` on Windows. A lock is installed again only
+when it is newer than the stamp the last install left. --dry-run prints the commands instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTS_PROCESSES = ("07-ddp-torchrun", "09-model-parallel", "10-sharding", "11-synchronisation")
+SLOW_NOTEBOOKS = [
+    f"{d}/{name}.ipynb" for d in ("notebooks", "solutions") for name in STARTS_PROCESSES
+]
+NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
+         "-p", "no:cacheprovider"]  # fmt: skip
+
+
+class CourseError(Exception):
+    """A command that cannot go on, said in one sentence."""
+
+
+def venv_python(venv: Path, windows: bool | None = None) -> Path:
+    """The Python inside the virtual environment `venv`, on this or the named platform."""
+    windows = os.name == "nt" if windows is None else windows
+    return venv / ("Scripts/python.exe" if windows else "bin/python")
+
+
+def notebooks() -> list[str]:
+    """Every lesson and solution notebook, lessons first, as paths relative to the root."""
+    found = sorted(glob.glob("notebooks/*.ipynb", root_dir=ROOT))
+    return found + sorted(glob.glob("solutions/*.ipynb", root_dir=ROOT))
+
+
+class Course:
+    """Runs (or, dry, prints) the commands of the course in the project root."""
+
+    def __init__(self, venv: Path, dry_run: bool = False):
+        self.venv, self.dry_run = venv, dry_run
+        self.py = str(venv_python(venv))
+        self.env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        self.env.setdefault("D2L_GPU_LIVE_PLOTS", "0")  # headless runs draw each curve once
+
+    def run(self, *cmd: str, env: dict | None = None) -> None:
+        """Run `cmd` in the root; a non-zero exit becomes a CourseError naming the command."""
+        print("+", " ".join(cmd), flush=True)
+        if self.dry_run:
+            return
+        done = subprocess.run(cmd, cwd=ROOT, env={**self.env, **(env or {})})
+        if done.returncode != 0:
+            raise CourseError(f"`{' '.join(cmd)}` exited with {done.returncode}")
+
+    def _stale(self, stamp: str, *inputs: Path) -> bool:
+        """Whether the install that left `stamp` in the venv is older than one of `inputs`."""
+        path = self.venv / stamp
+        if not path.exists():
+            return True
+        return any(p.stat().st_mtime > path.stat().st_mtime for p in inputs if p.exists())
+
+    def setup(self) -> None:
+        if not Path(self.py).exists():
+            self.run(sys.executable, "-m", "venv", str(self.venv))
+        if self._stale(".installed", ROOT / "requirements.txt", ROOT / "pyproject.toml"):
+            self.run(self.py, "-m", "pip", "install", "--quiet", "-r", "requirements.txt")
+            self.run(self.py, "-m", "pip", "install", "--quiet", "--no-deps", "-e", ".")
+            self._touch(".installed")
+
+    def setup_dev(self) -> None:
+        self.setup()
+        if self._stale(".installed-dev", ROOT / "requirements-dev.txt", self.venv / ".installed"):
+            self.run(self.py, "-m", "pip", "install", "--quiet", "-r", "requirements.txt",
+                     "-r", "requirements-dev.txt")  # fmt: skip
+            self._touch(".installed-dev")
+
+    def _touch(self, stamp: str) -> None:
+        if not self.dry_run:
+            (self.venv / stamp).touch()
+
+    def lessons(self) -> None:
+        self.setup()
+        self.run(self.py, "scripts/run_lessons.py", "--markdown")
+
+    def test_unit(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "-m", "pytest", "tests")
+
+    def test_unit_1thread(self) -> None:
+        self.setup_dev()
+        one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.run(self.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", env=one)
+
+    def test_notebooks(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "-m", "pytest", *NBVAL, *notebooks())
+
+    def test(self) -> None:
+        self.test_unit()
+        self.test_notebooks()
+
+    def test_slow(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "scripts/slow_machine.py", *SLOW_NOTEBOOKS)
+
+    def lab(self) -> None:
+        self.setup()
+        self.run(self.py, "scripts/lab.py")
+
+    def kernel(self) -> None:
+        """Register the Python running this script (the user's own environment)."""
+        probe = [sys.executable, "-c", "import ipykernel"]
+        if not self.dry_run and subprocess.run(probe, capture_output=True).returncode:
+            raise CourseError(f"{sys.executable} has no ipykernel; run: "
+                              f"{sys.executable} -m pip install -e \".[notebook]\"")  # fmt: skip
+        self.run(sys.executable, "-m", "ipykernel", "install", "--user", "--name", "d2l-gpu",
+                 "--display-name", "Python 3 (d2l-gpu)")  # fmt: skip
+
+    def check(self) -> None:
+        self.setup_dev()
+        ruff = [self.py, "-m", "ruff"]
+        self.run(*ruff, "check", ".")
+        self.run(*ruff, "format", "--check", ".")
+        self.run(self.py, "scripts/nbtools.py", "check", *notebooks())
+
+    def format(self) -> None:
+        self.setup_dev()
+        ruff = [self.py, "-m", "ruff"]
+        self.run(*ruff, "check", "--fix", ".")
+        self.run(*ruff, "format", ".")
+        self.run(self.py, "scripts/nbtools.py", "tidy", *notebooks())
+
+    def slides(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "scripts/make_slides.py")
+
+    def test_browser(self) -> None:
+        self.slides()
+        if os.name != "nt" and not self.dry_run and not Path("/usr/bin/chromium").exists():
+            self.run("bash", "scripts/install_browser.sh")
+        browser = {"D2L_GPU_BROWSER": "1"}
+        self.run(self.py, "-m", "pytest", "-p", "no:cacheprovider", "tests/browser", env=browser)
+
+    def stress(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "scripts/stress_ddp.py")
+
+    def gpu_report(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "scripts/gpu_report.py")
+
+    def spread(self) -> None:
+        self.setup_dev()
+        self.run(self.py, "benchmarks/learning_spread.py")
+
+    def clean(self) -> None:
+        for name in ("build", ".pytest_cache", ".ruff_cache"):
+            print("+ remove", name)
+            if not self.dry_run:
+                shutil.rmtree(ROOT / name, ignore_errors=True)
+
+
+COMMANDS = {name.replace("_", "-"): name for name in vars(Course)
+            if not name.startswith("_") and name not in ("run",)}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in (["--help"], ["-h"]):
+        print(__doc__)
+        return 0
+    dry = "--dry-run" in args
+    args = [a for a in args if a != "--dry-run"]
+    if len(args) != 1 or args[0] not in COMMANDS:
+        print(f"course.py: give one command of: {', '.join(COMMANDS)} (got "
+              f"{' '.join(args) or 'nothing'}); see `python scripts/course.py --help`",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    venv = Path(os.environ.get("VENV", ".venv"))
+    course = Course(venv if venv.is_absolute() else ROOT / venv, dry_run=dry)
+    try:
+        getattr(course, COMMANDS[args[0]])()
+    except CourseError as e:
+        print(f"course.py {args[0]}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"course.py {args[0]}: stopped (Ctrl-C)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""scripts/course.py: the course's commands without make, on every platform."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import course
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_venv_python_on_windows_and_elsewhere():
+    venv = Path("v")
+    assert course.venv_python(venv, windows=True) == venv / "Scripts" / "python.exe"
+    assert course.venv_python(venv, windows=False) == venv / "bin" / "python"
+
+
+def test_every_make_target_but_lock_calls_course_py():
+    text = (ROOT / "Makefile").read_text()
+    targets = re.findall(r"^([a-z0-9-]+):", text, flags=re.M)
+    for target in set(targets) - {"lock"}:
+        assert target in course.COMMANDS, f"course.py has no command {target}"
+        body = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+        assert f"$(COURSE) {target}" in body, f"make {target} does not call course.py {target}"
+
+
+def test_test_runs_the_unit_tests_then_every_notebook_and_solution(capsys, tmp_path):
+    (tmp_path / "bin").mkdir()
+    for stamp in (".installed", ".installed-dev"):
+        (tmp_path / stamp).touch()
+    course.venv_python(tmp_path).touch()  # an environment that exists and is up to date
+    assert course.Course(tmp_path, dry_run=True).test() is None
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2, printed  # nothing installed again
+    assert printed[0].endswith("-m pytest tests")
+    shown = set(printed[1].split())
+    for nb in [*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]:
+        assert nb.relative_to(ROOT).as_posix() in shown
+
+
+def test_a_stale_lock_is_installed_again(tmp_path, capsys):
+    course.venv_python(tmp_path).parent.mkdir(parents=True)
+    course.venv_python(tmp_path).touch()
+    (tmp_path / ".installed").touch()
+    old = time.time() - 3600
+    os.utime(tmp_path / ".installed", (old, old))  # older than requirements.txt
+    course.Course(tmp_path, dry_run=True).setup()
+    assert "install --quiet -r requirements.txt" in capsys.readouterr().out
+
+
+def test_a_failing_command_is_one_sentence_and_exit_1(monkeypatch, capsys):
+    def fail(self):
+        self.run(sys.executable, "-c", "import sys; sys.exit(3)")
+
+    monkeypatch.setattr(course.Course, "clean", fail)
+    assert course.main(["clean"]) == 1
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("course.py clean: `") and said.endswith("exited with 3")
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["test", "lessons"]])
+def test_a_wrong_command_is_refused_naming_the_choices(argv, capsys):
+    assert course.main(argv) == 2
+    said = capsys.readouterr().err
+    assert "give one command of: setup, setup-dev, lessons" in said
