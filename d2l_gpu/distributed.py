@@ -9,7 +9,6 @@ import gc
 import importlib
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from .processes import children, parent_gone
 
 _STORE = None  # the store this process joined its group through; dropped by leave_group
 
@@ -140,7 +141,7 @@ def end_with_parent(on_exit: Callable[[], None] | None = None, every: float = 0.
     def watch() -> None:
         while True:
             time.sleep(every)
-            if os.getppid() != parent:
+            if parent_gone(parent):
                 try:
                     if on_exit is not None:
                         on_exit()
@@ -190,29 +191,21 @@ def worker_pids(agent_pid: int) -> dict[int, int]:
     """{local rank: pid} of the workers that a torchrun agent started. Shown in lesson 7.
 
     Linux reads each child's LOCAL_RANK from /proc; elsewhere the children are taken in the
-    order they were started (by process id), which is the order of their local ranks.
+    order they were started, which is the order of their local ranks.
     """
-    if Path(f"/proc/{agent_pid}").exists():
-        found = {}
-        for task in Path(f"/proc/{agent_pid}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except OSError:
-                continue
-            for child in children:
-                try:
-                    environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                env = dict(kv.split(b"=", 1) for kv in environ if b"=" in kv)
-                if b"LOCAL_RANK" in env:
-                    found[int(env[b"LOCAL_RANK"])] = int(child)
-        return found
-    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
-    pids = sorted(
-        int(p) for p, pp in (line.split() for line in out.splitlines()) if int(pp) == agent_pid
-    )
-    return dict(enumerate(pids))
+    kids = children(agent_pid)
+    if not Path(f"/proc/{agent_pid}").exists():
+        return dict(enumerate(kids))
+    found = {}
+    for child in kids:
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        env = dict(kv.split(b"=", 1) for kv in environ if b"=" in kv)
+        if b"LOCAL_RANK" in env:
+            found[int(env[b"LOCAL_RANK"])] = child
+    return found
 
 
 def rank_device(rank: int | None = None) -> torch.device:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from d2l_gpu.distributed import worker_pids
+from d2l_gpu.processes import kill, kill_tree
 
 __all__ = ["Finished", "kill_worker", "launch", "launch_and_kill", "run_job"]
 
@@ -47,7 +48,7 @@ def kill_worker(agent_pid: int, rank: int) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, stop)
     try:
-        os.kill(pids[rank], getattr(signal, "SIGKILL", signal.SIGTERM))  # like a crash: no clean-up
+        kill(pids[rank])  # like a crash: no clean-up
     except ProcessLookupError:
         return False
     finally:
@@ -58,12 +59,8 @@ def kill_worker(agent_pid: int, rank: int) -> bool:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the process group of `proc` (the process itself where there are no groups)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if hasattr(os, "killpg"):
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:  # Windows
-            proc.kill()
+    """Kill `proc` and the processes it started (its process group; its tree on Windows)."""
+    kill_tree(proc)
 
 
 def run_job(

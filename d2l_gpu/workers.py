@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .distributed import end_with_parent, leave_group, lost_contact, pick_backend
+from .processes import pid_alive
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi", "xccl")
 WATCH_EVERY = 0.2  # seconds between a worker's looks at whether its parent is still alive
@@ -119,13 +120,10 @@ def _remove_stale_folders() -> None:
     for folder in Path(tempfile.gettempdir()).glob("d2l-workers-*-*"):
         try:
             owner = int(folder.name.split("-")[2])
-            os.kill(owner, 0)
         except (ValueError, IndexError):
             continue
-        except ProcessLookupError:
+        if not pid_alive(owner):  # never os.kill(owner, 0): on Windows that is no question
             shutil.rmtree(folder, ignore_errors=True)
-        except PermissionError:  # another user's live process
-            continue
 
 
 def run_workers(
