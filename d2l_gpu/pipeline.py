@@ -30,40 +30,96 @@ def _my_stage(rank: int, world: int, widths, dtype, seed, device):
     return stages[rank].to(device), shapes
 
 
+class _Clock:
+    """When device work started and ended: CUDA events on a GPU (in stream order), else the host."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        if self.cuda:  # a common origin: the host's clock at an event on the (idle) stream
+            torch.cuda.synchronize(device)
+            self.origin = torch.cuda.Event(enable_timing=True)
+            self.origin.record()
+        self.host = time.perf_counter()
+
+    def mark(self):
+        """A point in the work queued so far (an event on a GPU, the host's clock elsewhere)."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, mark) -> float:
+        """The host-clock time of `mark`; on a GPU, call it once the stream is synchronised."""
+        return self.host + self.origin.elapsed_time(mark) / 1e3 if self.cuda else mark
+
+
+def _incoming(action, rank, world, Xs, shapes, dtype, device):
+    """(buffer, peer) that `action` receives its input into, or None if it receives nothing."""
+    kind, i = action
+    if kind == "F" and rank > 0:  # the previous stage's activation
+        return torch.empty(len(Xs[i]), *shapes[rank - 1], dtype=dtype, device=device), rank - 1
+    if kind == "B" and rank < world - 1:  # the next stage's gradient
+        return torch.empty(len(Xs[i]), *shapes[rank], dtype=dtype, device=device), rank + 1
+    return None
+
+
+def _post(send, recv) -> tuple[list, object]:
+    """Post one action's send and the next action's receive as one group: (send works, recv).
+
+    NCCL runs the point-to-point operations of a rank in the order they are posted, and a send
+    larger than its buffer waits for the matching receive. In 1F1B, stage s sends an activation
+    while stage s+1 sends a gradient back: posted one after the other, each send would wait for a
+    receive the other stage has not posted yet. Posted together (`batch_isend_irecv`, an NCCL
+    group), they cannot block each other. gloo runs the same calls.
+    """
+    ops = [] if send is None else [dist.P2POp(dist.isend, send[0], send[1])]
+    ops += [] if recv is None else [dist.P2POp(dist.irecv, recv[0], recv[1])]
+    works = dist.batch_isend_irecv(ops) if ops else []
+    if recv is None:
+        return works, None
+    return works[:-1], works[-1]
+
+
 def _pipelined_step(stage, schedule, Xs, ys, shapes, rank, world, device, dtype) -> tuple:
-    """Run this rank's actions with send/recv; return the timed events and the summed loss."""
-    saved, sends, events, loss_sum = {}, [], [], 0.0
+    """Run this rank's actions with send/recv; return the timed events and the summed loss.
+
+    Every receive is posted early (with the send before it) and waited for before the action's
+    work is timed: on a GPU, `wait()` makes the compute stream wait for the data, and the
+    action's CUDA events, recorded after it in the same stream, time the work alone.
+    """
+    clock, saved, sends, marks = _Clock(device), {}, [], []
+    loss_sum = torch.zeros((), dtype=dtype, device=device)
     batch = sum(len(x) for x in Xs)
-    for kind, i in schedule:
+    inputs = [_incoming(a, rank, world, Xs, shapes, dtype, device) for a in schedule]
+    works, recv = _post(None, inputs[0])
+    for n, (kind, i) in enumerate(schedule):
+        if recv is not None:
+            recv.wait()  # a GPU's stream waits here, not the host
+        start, send = clock.mark(), None
         if kind == "F":
-            if rank == 0:
-                h = Xs[i].to(device)
-            else:  # wait for the previous stage's activation
-                h = torch.empty(len(Xs[i]), *shapes[rank - 1], dtype=dtype, device=device)
-                dist.recv(h, src=rank - 1)
-            start = time.perf_counter()
+            h = Xs[i].to(device) if rank == 0 else inputs[n][0]
             received, out = stage_forward(stage, h, device, first=rank == 0)
             if rank == world - 1:
                 out = F.cross_entropy(out, ys[i].to(device), reduction="sum") / batch
-                loss_sum += out.item()
+                loss_sum += out.detach()
             else:
-                sends.append(dist.isend(out.detach(), dst=rank + 1))
+                send = (out.detach(), rank + 1)
             saved[i] = (received, out)
         else:
-            grad = None
-            if rank < world - 1:  # wait for the next stage's gradient
-                grad = torch.empty(len(Xs[i]), *shapes[rank], dtype=dtype, device=device)
-                dist.recv(grad, src=rank + 1)
-            start = time.perf_counter()
+            grad = None if rank == world - 1 else inputs[n][0]
             grad_in = stage_backward(*saved.pop(i), grad)
-            if rank > 0:
-                sends.append(dist.isend(grad_in, dst=rank - 1))
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        events.append((rank, kind, i, start, time.perf_counter()))
-    for handle in sends:
-        handle.wait()
-    return events, loss_sum
+            send = None if rank == 0 else (grad_in, rank - 1)
+        marks.append((kind, i, start, clock.mark()))
+        following = inputs[n + 1] if n + 1 < len(schedule) else None
+        works, recv = _post(send, following)
+        sends += [(w, send[0]) for w in works]  # keep each tensor alive until it is sent
+    for work, _ in sends:
+        work.wait()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    events = [(rank, k, i, clock.seconds(a), clock.seconds(b)) for k, i, a, b in marks]
+    return events, loss_sum.item()
 
 
 def pipeline_worker(

@@ -44,3 +44,14 @@ def test_namespaces_and_mounts_added_are_found():
         "network namespace d2l-host1 was left",
         "mount left: tmpfs /x tmpfs rw 0 0",
     ]
+
+
+def test_another_run_is_seen_by_its_mark(tmp_path):
+    token = uuid.uuid4().hex
+    env = {**os.environ, leftovers.MARK: token}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        assert leftovers.other_sessions(os.environ[leftovers.MARK])
+    finally:
+        proc.kill()
+        proc.wait()
