@@ -13,8 +13,8 @@ __version__ = "0.2.0"
 
 # module -> the public names it gives to `d2l.`; one concept per module.
 _NAMES = {
-    "book": ["BookStyleDataset", "load_data_book_style"],
-    "book_aliases": [
+    "book.dataset": ["BookStyleDataset", "load_data_book_style"],
+    "book.aliases": [
         "abs",
         "arange",
         "argmax",
@@ -56,11 +56,12 @@ _NAMES = {
         "zeros",
         "zeros_like",
     ],
-    "book_classes": ["Classifier", "DataModule", "Module", "init_cnn"],
-    "book_data": ["FashionMNIST"],
-    "book_train": ["train_batch_ch13", "train_ch13", "train_ch6"],
-    "book_trainer": ["Trainer"],
-    "collectives": [
+    "book.classes": ["Classifier", "DataModule", "Module", "init_cnn"],
+    "book.data": ["FashionMNIST"],
+    "book.chapters": ["train_batch_ch13", "train_ch13", "train_ch6"],
+    "book.trainer": ["Trainer"],
+    "book.board": ["ProgressBoard"],
+    "parallel.collectives": [
         "ALGORITHMS",
         "check_worker",
         "exchange",
@@ -70,7 +71,7 @@ _NAMES = {
         "ps_push_pull",
         "ring_all_reduce",
     ],
-    "costmodel": [
+    "parallel.costmodel": [
         "AlphaBeta",
         "collective_worker",
         "fit_alpha_beta",
@@ -82,7 +83,7 @@ _NAMES = {
         "ring_time",
         "time_ops",
     ],
-    "data": [
+    "data.fashion_mnist": [
         "DataError",
         "fashion_mnist_dir",
         "get_fashion_mnist_labels",
@@ -106,8 +107,8 @@ _NAMES = {
     "distributed": ["free_port", "pick_backend", "rank_device"],
     "workers": ["run_workers"],
     "jobs": ["kill_worker", "launch", "launch_and_kill", "run_job"],
-    "hparams": ["HyperParameters", "add_to_class"],
-    "footprint": [
+    "book.hparams": ["HyperParameters", "add_to_class"],
+    "parallel.footprint": [
         "CollectiveCounter",
         "MemoryMeter",
         "allocated_bytes",
@@ -115,8 +116,8 @@ _NAMES = {
         "tensor_bytes",
         "train_measured",
     ],
-    "fsdp": ["fsdp_worker"],
-    "model_memory": [
+    "parallel.fsdp": ["fsdp_worker"],
+    "parallel.memory": [
         "Checkpointed",
         "OPTIMIZER_STATES",
         "activation_bytes",
@@ -124,7 +125,7 @@ _NAMES = {
         "checkpoint_every",
         "memory_breakdown",
     ],
-    "model_parallel": [
+    "parallel.schedules": [
         "SCHEDULES",
         "bubble_fraction",
         "gpipe_schedule",
@@ -148,10 +149,14 @@ _NAMES = {
         "lenet",
         "lenet_params",
         "materialize",
+        "TransformerBlock",
+        "lenet_sequential",
+        "mlp",
         "resnet18",
         "resnet_block",
+        "transformer",
     ],
-    "parallel": [
+    "parallel.data_parallel": [
         "allreduce",
         "evaluate_accuracy_parallel",
         "flat_grads",
@@ -171,30 +176,24 @@ _NAMES = {
     ],
     "plotting": [
         "Animator",
-        "ProgressBoard",
         "plot",
         "plt",
         "set_axes",
         "set_figsize",
         "show_images",
     ],
-    "pipeline": ["pipeline_worker", "torch_pipeline_worker"],
-    "sharding": ["ShardedLayer", "adam_step", "zero_stages_worker", "zero_step", "zero_worker"],
-    "splitting": [
-        "TransformerBlock",
-        "balanced_cuts",
-        "layer_table",
-        "lenet_sequential",
-        "make_optimizer",
-        "mlp",
-        "split_costs",
-        "split_stages",
-        "toy_data",
-        "toy_images",
-        "train_one_device",
-        "transformer",
+    "parallel.pipeline": ["pipeline_worker", "torch_pipeline_worker"],
+    "parallel.zero": [
+        "ShardedLayer",
+        "adam_step",
+        "zero_stages_worker",
+        "zero_step",
+        "zero_worker",
     ],
-    "tensor_parallel": [
+    "parallel.splitting": ["balanced_cuts", "layer_table", "split_costs", "split_stages"],
+    "parallel.workload": ["make_optimizer", "train_one_device"],
+    "data.toy": ["toy_data", "toy_images"],
+    "parallel.tensor_parallel": [
         "ChannelParallelConv2d",
         "ColumnParallelLinear",
         "RowParallelLinear",

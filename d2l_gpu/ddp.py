@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from .strategies import build_model
 from .train import TrainConfig, TrainError, main, parse_args, shard_indices, train
+from .train.strategies.base import build_model
 
 __all__ = ["DDPError", "TrainConfig", "build_model", "main", "parse_args", "shard_indices", "train"]
 

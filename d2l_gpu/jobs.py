@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from d2l_gpu.distributed import worker_pids
+from .distributed import worker_pids
 
 __all__ = ["Finished", "kill_worker", "launch", "launch_and_kill", "run_job"]
 

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import torch
 from torch.nn import functional as F
 
-from .devices import synchronize
-from .models import lenet, lenet_params
-from .plotting import Animator
-from .training import Timer, sgd
+from ..devices import synchronize
+from ..models import lenet, lenet_params
+from ..plotting import Animator
+from ..training import Timer, sgd
 
 # The functions below are shown verbatim in lesson 5, which calls the helpers the book's way
 # (d2l.lenet, d2l.sgd, ...). This namespace gives them those names without importing the package.

@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from ._fs import sync_folder
+from .._fs import sync_folder
 
 try:
     import fcntl

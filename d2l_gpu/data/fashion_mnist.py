@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
+from ..devices import profile
 from .batches import DataIter, check_device, is_int, positive_int, resize_size
-from .devices import profile
 from .download import DataError, cache_dir, download, remove_stale_parts
 from .idx import IMAGE_SHAPE, parse_idx, read_idx
 

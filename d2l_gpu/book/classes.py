@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .board import ProgressBoard
 from .hparams import HyperParameters
-from .plotting import ProgressBoard
 
 
 class Module(nn.Module, HyperParameters):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .book_classes import DataModule
-from .data import DataIter, get_fashion_mnist_labels, load_data_fashion_mnist
-from .plotting import show_images
+from ..data.fashion_mnist import DataIter, get_fashion_mnist_labels, load_data_fashion_mnist
+from ..plotting import show_images
+from .classes import DataModule
 
 
 class FashionSplit(torch.utils.data.Dataset):

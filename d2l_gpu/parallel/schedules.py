@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .devices import try_all_gpus
+from ..devices import try_all_gpus
 
 Action = tuple[str, int]  # ("F", i): forward of micro-batch i; ("B", i): its backward
 
