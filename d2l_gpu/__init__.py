@@ -3,6 +3,26 @@
 The package is lazy: `import d2l_gpu` imports no submodule. A name such as `d2l.try_gpu` imports
 its module the first time it is used (PEP 562), so a process that needs only the data layer, such
 as each rank that torchrun starts, never pays for matplotlib. `_NAMES` says where each name lives.
+
+Layout: the top level says the role, each subpackage holds one kind of thing.
+
+    core (top level)  devices, models (every model, once), training, plotting, perf,
+                      distributed, workers, jobs, stopping, _fs, _live
+    data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
+    parallel/         one module per parallelism technique the lessons build (see its docstring)
+    book/             the book's own names and classes (HyperParameters, Trainer, train_ch6, ...)
+    train/            the training script, `python -m d2l_gpu.train` (`python -m d2l_gpu.ddp`
+                      is its old name): config, loop, epochs, checkpoint, strategies/
+
+Import rule (tests/test_layout.py reads every import, also those inside functions):
+
+    core      imports only core
+    data      imports core and data
+    parallel  imports core, data and parallel
+    book      imports core, data and book
+    train     imports core, data, parallel and train
+    nothing imports train or book; this file imports no module at import time (only `_NAMES`)
+    and no two modules import each other, directly or around a loop.
 """
 
 from __future__ import annotations
