@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import FAKE, N_TEST, N_TRAIN, ROOT, gzip_bomb, idx_bytes, images_header, write_files
 
+from d2l_gpu.data import download as dl
 from d2l_gpu.data import fashion_mnist as data
 from d2l_gpu.data.fashion_mnist import (
     DataError,
@@ -22,7 +23,6 @@ from d2l_gpu.data.fashion_mnist import (
     load_data_fashion_mnist,
     read_fashion_mnist,
 )
-from d2l_gpu.data.fashion_mnist import download as dl
 
 pytestmark = pytest.mark.usefixtures("data_env")
 

@@ -1,4 +1,4 @@
-"""Pipelines in real processes, one stage per rank: the schedules of `model_parallel` run with
+"""Pipelines in real processes, one stage per rank: the schedules of `schedules` run with
 send/recv (from scratch), and the same with `torch.distributed.pipelining`.
 
 Shown in lesson 9. Start the workers with `run_workers(worker, k, ...)`; every rank builds the
