@@ -156,6 +156,7 @@ _NAMES = {
         "place_stages",
         "run_schedule",
         "simulate_schedule",
+        "walk_schedule",
         "stage_backward",
         "stage_devices",
         "stage_forward",
