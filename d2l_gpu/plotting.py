@@ -6,7 +6,7 @@ from __future__ import annotations
 from ._live import LiveFigure
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot, imported on first use (so `import d2l_gpu` stays light)."""
     import matplotlib.pyplot as plt
 
@@ -16,13 +16,13 @@ def _pyplot():
 def __getattr__(name: str):
     """`d2l.plt` is matplotlib.pyplot, imported the first time it is asked for."""
     if name == "plt":
-        return _pyplot()
+        return pyplot()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_figsize(figsize: tuple[float, float] = (3.5, 2.5)) -> None:
     """Set the figure size for matplotlib."""
-    _pyplot().rcParams["figure.figsize"] = figsize
+    pyplot().rcParams["figure.figsize"] = figsize
 
 
 def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend) -> None:
@@ -70,7 +70,7 @@ def plot(
         X = X * len(Y)
     if axes is None:
         set_figsize(figsize)
-        axes = _pyplot().gca()
+        axes = pyplot().gca()
     axes.cla()
     for x, y, fmt in zip(X, Y, fmts, strict=False):
         axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
@@ -81,7 +81,7 @@ def plot(
 def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
     """Plot a list of images."""
     figsize = (num_cols * scale, num_rows * scale)
-    _, axes = _pyplot().subplots(num_rows, num_cols, figsize=figsize)
+    _, axes = pyplot().subplots(num_rows, num_cols, figsize=figsize)
     axes = axes.flatten()
     for i, (ax, img) in enumerate(zip(axes, imgs, strict=False)):
         img = img.detach().cpu().numpy() if hasattr(img, "detach") else img
@@ -118,7 +118,7 @@ class Animator:
         min_interval=0.5,
     ):
         legend = legend or []
-        plt = _pyplot()
+        plt = pyplot()
         self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
         plt.close(self.fig)  # shown only through the display handle, never twice by inline
         if nrows * ncols == 1:

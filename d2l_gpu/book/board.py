@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 
 from .._live import LiveFigure
-from ..plotting import _pyplot
+from ..plotting import pyplot
 from .hparams import HyperParameters
 
 Point = namedtuple("Point", ["x", "y"])  # a drawn point of ProgressBoard.data
@@ -62,7 +62,7 @@ class ProgressBoard(HyperParameters):
     def _render(self):
         if self.axes is None:
             if self.fig is None:
-                plt = _pyplot()
+                plt = pyplot()
                 self.fig = plt.figure(figsize=self.figsize)
                 plt.close(self.fig)
             self.axes = self.fig.add_subplot() if not self.fig.axes else self.fig.axes[0]

@@ -145,6 +145,11 @@ class PipelineStrategy(Strategy):
     def optimizer_state(self) -> dict | None:
         """The stages' optimizer states merged on rank 0 (one parameter group)."""
         mine = named_optimizer_state(self.optimizer, self.named_parameters())
+        full = dict(self.net.named_parameters())
+        mine["state"] = {  # per-parameter tensors (momentum, say) shaped like the full model's
+            n: {k: oriented(v, full[n].shape) if torch.is_tensor(v) else v for k, v in s.items()}
+            for n, s in mine["state"].items()
+        }
         return _merge_on_rank0(mine, self.rank, self.world, _merge_optimizer_states)
 
 
