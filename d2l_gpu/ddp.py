@@ -2,7 +2,8 @@
 
 The script is `d2l_gpu.train` (`python -m d2l_gpu.train`); this module runs the same `main`. It
 stays because lesson 7, the README, the GPU report and the tests start the script by this name;
-it counts as part of the train layer (see the package docstring), and nothing imports it.
+it counts as part of the train layer (see the package docstring): no module of d2l_gpu
+imports it.
 """
 
 from __future__ import annotations
