@@ -34,12 +34,3 @@ def callable_(name: str, value) -> Callable:
     if not callable(value):
         raise TypeError(f"{name} must be a function to call (e.g. lambda: ...), got {value!r}")
     return value
-
-
-def devices(name: str, value) -> list:
-    """`value` as a non-empty list of devices, else a sentence naming `name`."""
-    if isinstance(value, str) or not hasattr(value, "__len__") or len(value) == 0:
-        raise ValueError(
-            f"{name} must be a non-empty list of devices (e.g. d2l.try_all_gpus()), got {value!r}"
-        )
-    return list(value)

@@ -60,6 +60,15 @@ def torch_version() -> tuple[int, int]:
     return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore
 
 
+def full_tensor(t):
+    """The whole tensor behind `t` on the CPU (a DTensor shard is gathered, so every rank must
+    call it); anything that is not a tensor comes back as it is. Lessons 7 and 10."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    whole = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return whole.detach().cpu().clone()
+
+
 def _store_bound_to(host: str, port: int, world: int, timeout: timedelta):
     """A TCPStore server listening on `host` only (not on every interface, PyTorch's default)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from d2l_gpu.distributed import worker_pids
-from d2l_gpu.processes import kill, kill_tree
+from .distributed import worker_pids
+from .processes import kill_tree
 
 __all__ = ["Finished", "kill_worker", "launch", "launch_and_kill", "run_job"]
 
@@ -48,7 +48,7 @@ def kill_worker(agent_pid: int, rank: int) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, stop)
     try:
-        kill(pids[rank])  # like a crash: no clean-up
+        os.kill(pids[rank], getattr(signal, "SIGKILL", signal.SIGTERM))  # like a crash: no clean-up
     except ProcessLookupError:
         return False
     finally:

@@ -1,7 +1,9 @@
-"""Models of the multi-GPU chapters: ResNet-18 (with Residual blocks) and a functional LeNet.
+"""Every model of the lessons, each defined once: LeNet (functional, as a module, as layers),
+ResNet-18 (with Residual blocks), an MLP and a small transformer.
 
 Shown in lessons 5 (lenet, lenet_params, LeNet), 6 (resnet18, resnet_block, Residual,
-materialize, has_lazy, init_weights, init_every_layer) and 7 (LeNet under DDP).
+materialize, has_lazy, init_weights, init_every_layer), 7 (LeNet under DDP, lenet_blocks in the
+pipeline strategy) and 9 (mlp, lenet_sequential, TransformerBlock, transformer; lesson 10 too).
 """
 
 from __future__ import annotations
@@ -194,3 +196,71 @@ class LeNet(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return lenet(X, list(self.params))
+
+
+def mlp(widths: list[int], seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+    """Linear layers of the given widths with a ReLU between them, seeded (lessons 9 and 10)."""
+    if len(widths) < 2:
+        raise ValueError(f"mlp needs at least an input and an output width, got {widths}")
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers).to(dtype)
+
+
+def lenet_blocks(params: list[torch.Tensor]) -> nn.Sequential:
+    """LeNet as four nn.Sequential layers with copies of `params` (cut by lesson 7's pipeline)."""
+    net = nn.Sequential(
+        nn.Sequential(nn.Conv2d(1, 20, 3), nn.ReLU(), nn.AvgPool2d(2)),
+        nn.Sequential(nn.Conv2d(20, 50, 5), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten()),
+        nn.Sequential(nn.Linear(800, 128), nn.ReLU()),
+        nn.Sequential(nn.Linear(128, 10)),
+    ).to(device=params[0].device, dtype=params[0].dtype)
+    with torch.no_grad():
+        for p, w in zip(net.parameters(), params, strict=True):
+            p.copy_(w.T if p.dim() == 2 else w)  # nn.Linear stores W transposed
+    return net
+
+
+def lenet_sequential(seed: int = 0, scale: float = 0.1) -> nn.Sequential:
+    """Lesson 5's LeNet as one flat nn.Sequential (same weights as `lenet_params(seed, scale)`)."""
+    return nn.Sequential(
+        *(layer for block in lenet_blocks(lenet_params(seed, scale)) for layer in block)
+    )
+
+
+class TransformerBlock(nn.Module):
+    """A pre-norm transformer block: causal self-attention, then a two-layer MLP; residuals."""
+
+    def __init__(self, d_model: int = 256, num_heads: int = 4, ffn: int | None = None):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not a multiple of num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.fc1 = nn.Linear(d_model, ffn or 4 * d_model)
+        self.fc2 = nn.Linear(ffn or 4 * d_model, d_model)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        B, T, D = X.shape
+        q, k, v = self.qkv(self.ln1(X)).split(D, dim=-1)
+        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        X = X + self.proj(att.transpose(1, 2).reshape(B, T, D))
+        return X + self.fc2(F.gelu(self.fc1(self.ln2(X))))
+
+
+def transformer(
+    vocab: int = 1000, d_model: int = 256, num_heads: int = 4, num_layers: int = 4, seed: int = 0
+) -> nn.Sequential:
+    """A small decoder-only language model: embedding, transformer blocks, norm, output layer."""
+    torch.manual_seed(seed)
+    blocks = [TransformerBlock(d_model, num_heads) for _ in range(num_layers)]
+    return nn.Sequential(
+        nn.Embedding(vocab, d_model), *blocks, nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
+    )

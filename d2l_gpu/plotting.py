@@ -1,16 +1,12 @@
-"""Plotting with the book's helpers: set_figsize, plot, show_images, Animator, ProgressBoard."""
+"""Plotting with the book's helpers: set_figsize, plot, show_images, Animator (ProgressBoard, the
+book's board for its Trainer, lives in d2l_gpu.book.board)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict, namedtuple
-
 from ._live import LiveFigure
-from .hparams import HyperParameters
-
-Point = namedtuple("Point", ["x", "y"])  # a drawn point of ProgressBoard.data
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot, imported on first use (so `import d2l_gpu` stays light)."""
     import matplotlib.pyplot as plt
 
@@ -20,13 +16,13 @@ def _pyplot():
 def __getattr__(name: str):
     """`d2l.plt` is matplotlib.pyplot, imported the first time it is asked for."""
     if name == "plt":
-        return _pyplot()
+        return pyplot()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_figsize(figsize: tuple[float, float] = (3.5, 2.5)) -> None:
     """Set the figure size for matplotlib."""
-    _pyplot().rcParams["figure.figsize"] = figsize
+    pyplot().rcParams["figure.figsize"] = figsize
 
 
 def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend) -> None:
@@ -74,7 +70,7 @@ def plot(
         X = X * len(Y)
     if axes is None:
         set_figsize(figsize)
-        axes = _pyplot().gca()
+        axes = pyplot().gca()
     axes.cla()
     for x, y, fmt in zip(X, Y, fmts, strict=False):
         axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
@@ -85,7 +81,7 @@ def plot(
 def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
     """Plot a list of images."""
     figsize = (num_cols * scale, num_rows * scale)
-    _, axes = _pyplot().subplots(num_rows, num_cols, figsize=figsize)
+    _, axes = pyplot().subplots(num_rows, num_cols, figsize=figsize)
     axes = axes.flatten()
     for i, (ax, img) in enumerate(zip(axes, imgs, strict=False)):
         img = img.detach().cpu().numpy() if hasattr(img, "detach") else img
@@ -122,7 +118,7 @@ class Animator:
         min_interval=0.5,
     ):
         legend = legend or []
-        plt = _pyplot()
+        plt = pyplot()
         self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
         plt.close(self.fig)  # shown only through the display handle, never twice by inline
         if nrows * ncols == 1:
@@ -167,85 +163,3 @@ class Animator:
     def show(self) -> None:
         """Draw the figure now (in a notebook: display it, or update the one shown)."""
         self._view.show()
-
-
-class ProgressBoard(HyperParameters):
-    """The book's board (d2l 1.0) that plots points in animation, averaged `every_n` at a time.
-
-    What Trainer.fit draws its curves on; `data[label]` holds the drawn Points. Same live
-    behaviour as Animator.
-    """
-
-    def __init__(
-        self,
-        xlabel=None,
-        ylabel=None,
-        xlim=None,
-        ylim=None,
-        xscale="linear",
-        yscale="linear",
-        ls=("-", "--", "-.", ":"),
-        colors=("C0", "C1", "C2", "C3"),
-        fig=None,
-        axes=None,
-        figsize=(3.5, 2.5),
-        display=True,
-    ):
-        self.save_hyperparameters()
-        self.raw_points: OrderedDict[str, list[Point]] = OrderedDict()
-        self.data: OrderedDict[str, list[Point]] = OrderedDict()
-        self._view = None  # made at the first point drawn, so unused boards cost nothing
-
-    def draw(self, x, y, label: str, every_n: int = 1) -> None:
-        """Add point (x, y) to line `label`; every `every_n` points, plot their mean."""
-        points = self.raw_points.setdefault(label, [])
-        line = self.data.setdefault(label, [])
-        points.append(Point(x, y))
-        if len(points) < max(1, int(every_n)):  # the book's every_n=0 never drew at all
-            return
-        line.append(Point(_mean(p.x for p in points), _mean(p.y for p in points)))
-        points.clear()
-        if not self.display:
-            return
-        if self._view is None:
-            self._view = LiveFigure(self._render)
-        self._view.changed()
-
-    def show(self) -> None:
-        """Draw the board now (in a notebook: display it, or update the one shown)."""
-        if self._view is None:
-            self._view = LiveFigure(self._render)
-        self._view.show()
-
-    def _render(self):
-        if self.axes is None:
-            if self.fig is None:
-                plt = _pyplot()
-                self.fig = plt.figure(figsize=self.figsize)
-                plt.close(self.fig)
-            self.axes = self.fig.add_subplot() if not self.fig.axes else self.fig.axes[0]
-        elif self.fig is None:
-            self.fig = self.axes.figure
-        ax = self.axes
-        ax.cla()
-        lines = []
-        for (label, pts), ls, color in zip(self.data.items(), self.ls, self.colors, strict=False):
-            (artist,) = ax.plot([p.x for p in pts], [p.y for p in pts], linestyle=ls, color=color)
-            lines.append((artist, label))
-        if self.xlim:
-            ax.set_xlim(self.xlim)
-        if self.ylim:
-            ax.set_ylim(self.ylim)
-        ax.set_xlabel(self.xlabel)
-        ax.set_ylabel(self.ylabel)
-        ax.set_xscale(self.xscale)
-        ax.set_yscale(self.yscale)
-        if lines:
-            ax.legend([a for a, _ in lines], [label for _, label in lines])
-        return self.fig
-
-
-def _mean(values) -> float:
-    """Mean of numbers or 0-d tensors, as a float (one device sync for tensors)."""
-    values = list(values)
-    return float(sum(values) / len(values))

@@ -97,8 +97,3 @@ def kill_tree(proc: subprocess.Popen) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-def kill(pid: int) -> None:
-    """End process `pid` at once, like a crash: SIGKILL, or TerminateProcess on Windows."""
-    os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))  # SIGTERM terminates on Windows

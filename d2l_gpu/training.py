@@ -13,7 +13,6 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
-from . import _checks
 from .devices import synchronize, try_all_gpus
 from .models import init_weights, materialize
 from .plotting import Animator
@@ -126,11 +125,8 @@ def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
 
 def scale_for_devices(batch_size: int, lr: float, num_devices: int) -> tuple[int, float]:
     """Global batch and lr for `num_devices`: per-device batch constant, lr scaled linearly."""
-    if isinstance(num_devices, int) and not isinstance(num_devices, bool) and num_devices < 1:
+    if num_devices < 1:
         raise ValueError(f"num_devices must be at least 1, got {num_devices}")
-    _checks.whole("scale_for_devices: num_devices", num_devices)
-    _checks.whole("scale_for_devices: batch_size", batch_size)
-    _checks.positive("scale_for_devices: lr", lr)
     return batch_size * num_devices, lr * num_devices
 
 

@@ -149,7 +149,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
     """One rank: join the group at rank 0's address, time the links and the all-reduces."""
     import torch.distributed as dist
 
-    from d2l_gpu import costmodel
+    from d2l_gpu.parallel import costmodel
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://{ADDRESSES[0]}:{PORT}", rank=rank, world_size=4
@@ -180,7 +180,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
 def measure(args: argparse.Namespace) -> dict:
     """Make the two machines, run the ranks, add the fitted models and their predictions."""
     sys.path.insert(0, str(ROOT))  # the script runs from a checkout, not an installed package
-    from d2l_gpu import costmodel
+    from d2l_gpu.parallel import costmodel
 
     with TwoMachines(args.rate_mbit, args.delay_ms) as machines:
         with tempfile.TemporaryDirectory(prefix="d2l11-netns-") as tmp:

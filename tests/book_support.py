@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import idx_bytes
 
-from d2l_gpu.data import read_fashion_mnist
+from d2l_gpu.data.fashion_mnist import read_fashion_mnist
 
 REAL_DIR = Path("/usr/share/datasets/fashion-mnist")
 

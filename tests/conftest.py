@@ -137,7 +137,7 @@ def write_files(folder: Path, content: dict = FAKE, gz: bool = True, skip=()) ->
 def data_env(tmp_path, monkeypatch):
     """No data source but the ones a test makes: cache in tmp_path/xdg-cache, full profile, no
     proxies, and FAKE's checksums and sizes vouched for in place of the real set's."""
-    from d2l_gpu import data
+    from d2l_gpu.data import fashion_mnist as data
 
     for var in ("D2L_GPU_DATA", "D2L_GPU_MIRROR", "http_proxy", "HTTP_PROXY"):
         monkeypatch.delenv(var, raising=False)

@@ -7,8 +7,12 @@ import pytest
 import torch
 from conftest import N_TEST, N_TRAIN
 
-from d2l_gpu import data
-from d2l_gpu.data import get_fashion_mnist_labels, load_data_fashion_mnist, read_fashion_mnist
+from d2l_gpu.data import fashion_mnist as data
+from d2l_gpu.data.fashion_mnist import (
+    get_fashion_mnist_labels,
+    load_data_fashion_mnist,
+    read_fashion_mnist,
+)
 
 pytestmark = pytest.mark.usefixtures("data_env")
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import d2l_gpu as d2l
-from d2l_gpu import book_trainer
+from d2l_gpu.book import trainer as book_trainer
 
 # --- Residual: two signatures, told apart by the second argument ----------------------------
 
@@ -320,7 +320,8 @@ def test_train_batch_ch13_takes_a_list_of_inputs():
 
 
 def test_split_batch_is_the_books_signature():
-    assert d2l.split_batch is __import__("d2l_gpu.parallel").parallel.split_batch
+    data_parallel = __import__("d2l_gpu.parallel.data_parallel").parallel.data_parallel
+    assert d2l.split_batch is data_parallel.split_batch
     X_shards, y_shards = d2l.split_batch(torch.arange(10.0), torch.arange(10), [d2l.cpu()] * 3)
     assert [len(s) for s in X_shards] == [4, 3, 3] and torch.equal(
         torch.cat(y_shards), torch.arange(10)

@@ -83,8 +83,8 @@ def test_use_gpu_chapter_1_0(fashion, restore, capsys):
 
 def test_trainer_is_restored_after_the_chapter():
     """The add_to_class methods above were undone (this test runs after that one)."""
-    assert d2l.Trainer.__init__.__module__ == "d2l_gpu.book_trainer"
-    assert d2l.Trainer.prepare_batch.__module__ == "d2l_gpu.book_trainer"
+    assert d2l.Trainer.__init__.__module__ == "d2l_gpu.book.trainer"
+    assert d2l.Trainer.prepare_batch.__module__ == "d2l_gpu.book.trainer"
 
 
 def test_use_gpu_chapter_0_17_and_chinese():

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from d2l_gpu import collectives
+from d2l_gpu.parallel import collectives
 from d2l_gpu.workers import run_workers
 
 SIZES = [1, 2, 3, 5, 7, 64, 1001, (6, 7)]

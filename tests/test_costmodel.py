@@ -12,8 +12,8 @@ import time
 import netns_link
 import pytest
 
-from d2l_gpu import costmodel
-from d2l_gpu.costmodel import AlphaBeta
+from d2l_gpu.parallel import costmodel
+from d2l_gpu.parallel.costmodel import AlphaBeta
 from d2l_gpu.workers import run_workers
 
 MB = 1e6

@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import N_TEST, N_TRAIN, ROOT, write_files
 
-from d2l_gpu import data
-from d2l_gpu.data import DataError, fashion_mnist_dir, load_data_fashion_mnist, read_fashion_mnist
+from d2l_gpu.data import fashion_mnist as data
+from d2l_gpu.data.fashion_mnist import (
+    DataError,
+    fashion_mnist_dir,
+    load_data_fashion_mnist,
+    read_fashion_mnist,
+)
 
 pytestmark = pytest.mark.usefixtures("data_env")
 REAL_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -83,7 +88,7 @@ UNPRIVILEGED = """
 import json, sys
 import d2l_gpu
 from d2l_gpu import ddp
-from d2l_gpu.data import DataError, read_fashion_mnist
+from d2l_gpu.data.fashion_mnist import DataError, read_fashion_mnist
 found = {"package": d2l_gpu.__file__}
 for root in sys.argv[1:]:
     try:

@@ -15,9 +15,14 @@ import numpy as np
 import pytest
 from conftest import FAKE, N_TEST, N_TRAIN, ROOT, gzip_bomb, idx_bytes, images_header, write_files
 
-from d2l_gpu import data
-from d2l_gpu import download as dl
-from d2l_gpu.data import DataError, fashion_mnist_dir, load_data_fashion_mnist, read_fashion_mnist
+from d2l_gpu.data import download as dl
+from d2l_gpu.data import fashion_mnist as data
+from d2l_gpu.data.fashion_mnist import (
+    DataError,
+    fashion_mnist_dir,
+    load_data_fashion_mnist,
+    read_fashion_mnist,
+)
 
 pytestmark = pytest.mark.usefixtures("data_env")
 
@@ -239,7 +244,8 @@ def test_endless_body_is_cut_off(mirror, data_env):
 # --- a download killed mid-way leaves no .part for good (item 6) ---------------------------------
 
 KILLED = (
-    "import sys; from d2l_gpu.download import download; download(sys.argv[1], sys.argv[2], None)"
+    "import sys; from d2l_gpu.data.download import download; "
+    "download(sys.argv[1], sys.argv[2], None)"
 )
 
 

@@ -16,8 +16,8 @@ from conftest import (
     write_files,
 )
 
-from d2l_gpu import data
-from d2l_gpu.data import DataError, parse_idx, read_fashion_mnist
+from d2l_gpu.data import fashion_mnist as data
+from d2l_gpu.data.fashion_mnist import DataError, parse_idx, read_fashion_mnist
 
 pytestmark = pytest.mark.usefixtures("data_env")
 

@@ -6,10 +6,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from d2l_gpu import model_parallel as mp
-from d2l_gpu import splitting
-from d2l_gpu.pipeline import pipeline_worker, torch_pipeline_worker
-from d2l_gpu.tensor_parallel import tensor_parallel_worker, torch_tensor_parallel_worker
+from d2l_gpu import models
+from d2l_gpu.data import toy
+from d2l_gpu.parallel import schedules as mp
+from d2l_gpu.parallel import splitting, workload
+from d2l_gpu.parallel.pipeline import pipeline_worker, torch_pipeline_worker
+from d2l_gpu.parallel.tensor_parallel import tensor_parallel_worker, torch_tensor_parallel_worker
 from d2l_gpu.workers import run_workers
 
 F64 = torch.float64
@@ -26,9 +28,9 @@ def max_diff(xs, ys) -> float:
 @pytest.fixture(scope="module")
 def reference():
     """One device, the whole batch, plain SGD: the parameters after each step, and the losses."""
-    net = splitting.mlp(WIDTHS, seed=0, dtype=F64)
-    X, y = splitting.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
-    losses = splitting.train_one_device(net, X, y, STEPS, LR)
+    net = models.mlp(WIDTHS, seed=0, dtype=F64)
+    X, y = toy.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
+    losses = workload.train_one_device(net, X, y, STEPS, LR)
     return [p.detach().clone() for p in net.parameters()], losses
 
 
@@ -52,7 +54,7 @@ def test_balanced_cuts_minimise_the_largest_stage():
 
 
 def test_split_stages_keeps_every_unit_once_and_copies():
-    net = splitting.mlp(WIDTHS, dtype=F64)
+    net = models.mlp(WIDTHS, dtype=F64)
     stages = splitting.split_stages(net, 3)
     assert sorted(len(s) for s in stages) == [2, 2, 3]  # 7 units, as even as it gets
     X = torch.randn(4, WIDTHS[0], dtype=F64)
@@ -64,7 +66,7 @@ def test_split_stages_keeps_every_unit_once_and_copies():
 
 
 def test_split_costs_follow_the_formulas():
-    net = splitting.mlp([8, 16, 8], dtype=torch.float32)  # Linear(8,16), ReLU, Linear(16,8)
+    net = models.mlp([8, 16, 8], dtype=torch.float32)  # Linear(8,16), ReLU, Linear(16,8)
     X = torch.zeros(10, 8)
     P = 8 * 16 + 16 + 16 * 8 + 8
     costs = splitting.split_costs(net, X, k=2, bytes_per_number=4)
@@ -81,7 +83,7 @@ def test_lenet_sequential_is_lesson_5s_lenet():
     from d2l_gpu.models import lenet, lenet_params
 
     X = torch.rand(3, 1, 28, 28, dtype=F64)
-    net = splitting.lenet_sequential(seed=1).to(F64)
+    net = models.lenet_sequential(seed=1).to(F64)
     ref = lenet(X, [p.to(F64) for p in lenet_params(1, 0.1)])
     assert torch.allclose(net(X), ref, atol=1e-12)
 
@@ -91,8 +93,8 @@ def test_lenet_sequential_is_lesson_5s_lenet():
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_naive_model_parallel_equals_one_device(reference, k):
-    X, y = splitting.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
-    net = splitting.mlp(WIDTHS, seed=0, dtype=F64)
+    X, y = toy.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
+    net = models.mlp(WIDTHS, seed=0, dtype=F64)
     devices = mp.stage_devices(k)
     stages = mp.place_stages(splitting.split_stages(net, k), devices)
     losses = []
@@ -108,9 +110,9 @@ def test_naive_model_parallel_equals_one_device(reference, k):
 @pytest.mark.parametrize("p,m", [(2, 1), (3, 4), (3, 5), (4, 12)])
 def test_pipeline_schedule_equals_one_device(reference, name, p, m):
     """Uneven micro-batches (12 examples in 5) included: the losses are weighted by size."""
-    X, y = splitting.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
+    X, y = toy.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
     devices = mp.stage_devices(p)
-    stages = mp.place_stages(splitting.split_stages(splitting.mlp(WIDTHS, 0, F64), p), devices)
+    stages = mp.place_stages(splitting.split_stages(models.mlp(WIDTHS, 0, F64), p), devices)
     schedule = mp.SCHEDULES[name](p, m)
     for step in range(STEPS):
         loss = mp.run_schedule(stages, devices, schedule, X, y)
@@ -206,9 +208,9 @@ def tp_runs():
 
 
 def test_tensor_parallel_mlp_equals_one_device(tp_runs):
-    net = splitting.mlp(list(TP_WIDTHS), seed=0, dtype=F64)
-    X, y = splitting.toy_data(BATCH, TP_WIDTHS[0], TP_WIDTHS[-1], seed=0, dtype=F64)
-    losses = splitting.train_one_device(net, X, y, STEPS, LR)
+    net = models.mlp(list(TP_WIDTHS), seed=0, dtype=F64)
+    X, y = toy.toy_data(BATCH, TP_WIDTHS[0], TP_WIDTHS[-1], seed=0, dtype=F64)
+    losses = workload.train_one_device(net, X, y, STEPS, LR)
     for rank, _, theirs in tp_runs:
         assert max_diff(rank["params"], net.parameters()) < 1e-12
         assert max(abs(a - b) for a, b in zip(rank["losses"], losses, strict=True)) < 1e-12
@@ -222,9 +224,9 @@ def test_tensor_parallel_mlp_equals_one_device(tp_runs):
 
 
 def test_channel_parallel_lenet_equals_one_device(tp_runs):
-    net = splitting.lenet_sequential(seed=0).to(F64)
-    X, y = splitting.toy_images(8, seed=0, dtype=F64)
-    losses = splitting.train_one_device(net, X, y, 3, 0.1)
+    net = models.lenet_sequential(seed=0).to(F64)
+    X, y = toy.toy_images(8, seed=0, dtype=F64)
+    losses = workload.train_one_device(net, X, y, 3, 0.1)
     for _, rank, _ in tp_runs:
         assert max_diff(rank["params"], net.parameters()) < 1e-12
         assert max(abs(a - b) for a, b in zip(rank["losses"], losses, strict=True)) < 1e-12
@@ -232,7 +234,7 @@ def test_channel_parallel_lenet_equals_one_device(tp_runs):
 
 
 def test_tensor_parallel_refuses_an_uneven_split():
-    from d2l_gpu.tensor_parallel import ColumnParallelLinear
+    from d2l_gpu.parallel.tensor_parallel import ColumnParallelLinear
 
     with pytest.raises(ValueError, match="do not split evenly over 3 ranks"):
         ColumnParallelLinear(nn.Linear(4, 5), rank=0, world=3)
@@ -240,8 +242,8 @@ def test_tensor_parallel_refuses_an_uneven_split():
 
 def test_one_step_loss_matches_functional_cross_entropy():
     """run_schedule's weighted micro-batch losses add up to the batch's mean loss."""
-    X, y = splitting.toy_data(10, WIDTHS[0], WIDTHS[-1], seed=3, dtype=F64)
-    net = splitting.mlp(WIDTHS, seed=3, dtype=F64)
+    X, y = toy.toy_data(10, WIDTHS[0], WIDTHS[-1], seed=3, dtype=F64)
+    net = models.mlp(WIDTHS, seed=3, dtype=F64)
     expected = F.cross_entropy(net(X), y).item()
     stages = splitting.split_stages(net, 2)
     devices = mp.stage_devices(2)

@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 import d2l_gpu as d2l
-from d2l_gpu.parallel import (
+from d2l_gpu.parallel.data_parallel import (
     allreduce,
     evaluate_accuracy_parallel,
     flat_grads,

@@ -10,6 +10,7 @@ from IPython.core.events import EventManager, available_events
 from nbclient import NotebookClient
 
 from d2l_gpu import _live, plotting
+from d2l_gpu.book import board as book_board
 
 
 class Handle:
@@ -140,7 +141,7 @@ def test_animator_is_not_live_outside_a_kernel(monkeypatch):
 def test_progress_board_averages_every_n_points(kernel, monkeypatch):
     monkeypatch.setenv("D2L_GPU_LIVE_PLOTS", "1")
     shell, shown = kernel
-    board = plotting.ProgressBoard(xlabel="x", ylim=(0, 10))
+    board = book_board.ProgressBoard(xlabel="x", ylim=(0, 10))
     for x in range(6):
         board.draw(x, float(x), "line", every_n=2)
     assert board.data["line"] == [(0.5, 0.5), (2.5, 2.5), (4.5, 4.5)]
@@ -152,7 +153,7 @@ def test_progress_board_averages_every_n_points(kernel, monkeypatch):
 def test_progress_board_every_n_below_one_still_draws(monkeypatch):
     """The book's board never draws a line whose every_n rounds to 0; this one draws each point."""
     monkeypatch.setenv("D2L_GPU_LIVE_PLOTS", "0")
-    board = plotting.ProgressBoard(display=False)
+    board = book_board.ProgressBoard(display=False)
     for x in range(3):
         board.draw(x, 1.0, "val_loss", every_n=0)
     assert [p.x for p in board.data["val_loss"]] == [0, 1, 2]
@@ -160,7 +161,7 @@ def test_progress_board_every_n_below_one_still_draws(monkeypatch):
 
 
 def test_progress_board_show_draws_every_line():
-    board = plotting.ProgressBoard(xlabel="epoch")
+    board = book_board.ProgressBoard(xlabel="epoch")
     for x in range(4):
         board.draw(x, x, "train_loss")
         board.draw(x, 2 * x, "val_loss", every_n=2)

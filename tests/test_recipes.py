@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from d2l_gpu import book, models, perf, training
+from d2l_gpu import models, perf, training
+from d2l_gpu.book import dataset as book
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = Path("/usr/share/datasets/fashion-mnist")

@@ -26,7 +26,9 @@ def package_definitions(package: str) -> tuple[dict, list[str]]:
     """Map each name defined in any module of `package` to its objects; plus import errors."""
     pkg = importlib.import_module(package)
     modules, errors = [pkg], []
-    for info in pkgutil.iter_modules(pkg.__path__, prefix=f"{package}."):
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
+        if info.name.endswith(".__main__"):  # a script: importing it would run it
+            continue
         try:
             modules.append(importlib.import_module(info.name))
         except Exception as e:  # noqa: BLE001 - reported with any name it hides

@@ -8,9 +8,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from d2l_gpu import footprint, model_memory, splitting
-from d2l_gpu.fsdp import fsdp_worker
-from d2l_gpu.sharding import zero_stages_worker, zero_worker
+from d2l_gpu import models
+from d2l_gpu.data import toy
+from d2l_gpu.parallel import footprint, workload
+from d2l_gpu.parallel import memory as model_memory
+from d2l_gpu.parallel.fsdp import fsdp_worker
+from d2l_gpu.parallel.zero import zero_stages_worker, zero_worker
 from d2l_gpu.workers import run_workers
 
 F64 = torch.float64
@@ -20,9 +23,9 @@ STEPS, LR, BATCH = 4, 1e-2, 12
 
 @pytest.fixture(scope="module")
 def adam_reference():
-    net = splitting.mlp(WIDTHS, seed=0, dtype=F64)
-    X, y = splitting.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
-    losses = splitting.train_one_device(net, X, y, STEPS, LR, optimizer="adam")
+    net = models.mlp(WIDTHS, seed=0, dtype=F64)
+    X, y = toy.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
+    losses = workload.train_one_device(net, X, y, STEPS, LR, optimizer="adam")
     return [p.detach().clone() for p in net.parameters()], losses
 
 
@@ -123,7 +126,7 @@ def test_fsdp_equals_adam_on_one_device(adam_reference):
 
 
 def test_activation_bytes_counts_what_backward_needs():
-    net = splitting.mlp([8, 16, 4], dtype=F64)  # Linear, ReLU, Linear
+    net = models.mlp([8, 16, 4], dtype=F64)  # Linear, ReLU, Linear
     X = torch.randn(5, 8, dtype=F64)
     # Linear keeps its input X; ReLU keeps its output, which the second Linear keeps too
     assert model_memory.activation_bytes(net, X) == (5 * 8 + 5 * 16) * 8
@@ -132,7 +135,7 @@ def test_activation_bytes_counts_what_backward_needs():
 
 
 def test_memory_breakdown_and_bytes_per_rank():
-    net = splitting.mlp([8, 16, 4])
+    net = models.mlp([8, 16, 4])
     P = (8 * 16 + 16 + 16 * 4 + 4) * 4
     b = model_memory.memory_breakdown(net, torch.zeros(6, 8), "adam")
     assert (b["parameters"], b["gradients"], b["optimizer state"]) == (P, P, 2 * P)
@@ -146,7 +149,7 @@ def test_memory_breakdown_and_bytes_per_rank():
 
 
 def test_checkpointing_keeps_less_and_computes_the_same():
-    net = splitting.transformer(vocab=50, d_model=32, num_heads=4, num_layers=3)
+    net = models.transformer(vocab=50, d_model=32, num_heads=4, num_layers=3)
     net = net.to(F64)
     X = torch.randint(0, 50, (2, 16))
     ck = model_memory.checkpoint_every(net)  # shares net's parameters

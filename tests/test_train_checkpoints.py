@@ -14,7 +14,8 @@ import pytest
 import torch
 from train_launch import ARGS, job_env, load, run
 
-from d2l_gpu import checkpoint, train
+from d2l_gpu import train
+from d2l_gpu.train import checkpoint
 
 SMALL = ["--epochs", "1", "--limit", "64"]
 
@@ -205,7 +206,7 @@ def test_atomic_save_survives_sigkill(tmp_path, small_data):
     path = tmp_path / "ckpt.pt"
     code = textwrap.dedent(f"""
         import os, signal, torch
-        from d2l_gpu.checkpoint import save_atomic
+        from d2l_gpu.train.checkpoint import save_atomic
         save_atomic({{"epoch": torch.tensor(1)}}, {str(path)!r})
         os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
         save_atomic({{"epoch": torch.tensor(2), "big": torch.zeros(10**6)}}, {str(path)!r})

@@ -12,8 +12,9 @@ import time
 import pytest
 from train_launch import ARGS, TIMEOUT, job_env, launched, load, run, torchrun
 
-from d2l_gpu import checkpoint, train
+from d2l_gpu import train
 from d2l_gpu.distributed import worker_pids
+from d2l_gpu.train import checkpoint
 
 LONG = ["--epochs", "40", "--limit", "256"]  # long enough to be interrupted after epoch 1
 

@@ -1,4 +1,4 @@
-"""Pipelines in real processes, one stage per rank: the schedules of `model_parallel` run with
+"""Pipelines in real processes, one stage per rank: the schedules of `schedules` run with
 send/recv (from scratch), and the same with `torch.distributed.pipelining`.
 
 Shown in lesson 9. Start the workers with `run_workers(worker, k, ...)`; every rank builds the
@@ -13,10 +13,12 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .distributed import rank_device
+from ..data.toy import toy_data
+from ..distributed import rank_device
+from ..models import mlp
 from .footprint import allocated_bytes, train_measured
-from .model_parallel import SCHEDULES, stage_backward, stage_forward
-from .splitting import mlp, split_stages, toy_data
+from .schedules import SCHEDULES, stage_backward, stage_forward
+from .splitting import split_stages
 
 
 def _my_stage(rank: int, world: int, widths, dtype, seed, device):

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..distributed import rank_device
 from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
-from .distributed import rank_device
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .distributed import rank_device
+from ..data.toy import toy_data
+from ..distributed import rank_device
+from ..models import mlp
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
-from .splitting import mlp, toy_data
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .distributed import rank_device
+from ..distributed import rank_device
 
 
 def flat_view(x: torch.Tensor) -> torch.Tensor:

@@ -1,83 +1,54 @@
-"""The pipeline strategy of the training script (`--strategy pipeline`, lesson 7).
+"""`--strategy pipeline` (lesson 7): the model cut into one stage per rank, fed micro-batches.
 
-The model is cut into as many stages as there are ranks, each a run of consecutive layers
-(LeNet: its 4 layers; ResNet-18: its 9 top-level parts). Rank r holds stage r only. Every global
-batch is split into --microbatches micro-batches that flow through the stages with PyTorch's
-GPipe schedule (`torch.distributed.pipelining`): all forwards, then all backwards, the gradients
-of the micro-batches summed into those of the whole batch. Predictions travel the same way with
-plain send/recv. Each stage keeps the full model's parameter names, so its state merges into the
-full state dict that any strategy resumes from.
+The stages are runs of consecutive layers of an nn.Sequential: ResNet-18 is one (its top-level
+parts), and a LeNet is cut as `models.lenet_blocks` of its weights (its four layers). Rank r
+holds stage r only. Every global batch is split into --microbatches micro-batches that flow
+through the stages with PyTorch's GPipe schedule (`torch.distributed.pipelining`): all forwards,
+then all backwards, the gradients of the micro-batches summed into those of the whole batch.
+Predictions travel the same way with plain send/recv. A stage's state is renamed to the full
+model's names, so it merges into the full state dict that any strategy resumes from.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections import OrderedDict
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .models import LeNet
-from .strategies import (
-    Strategy,
-    TrainError,
-    _load_named_optimizer_state,
-    _named_optimizer_state,
-    needs_torch,
-)
+from ...distributed import full_tensor
+from ...models import LeNet, lenet_blocks
+from ..config import MODELS, Placement, TrainConfig, TrainError
+from .base import Strategy, named_optimizer_state, needs_torch, oriented
 
-__all__ = ["PipelineStrategy", "cut", "layers_of"]
+__all__ = ["PipelineStrategy", "cut", "layers"]
 
 _HEADER = 8  # [ndim, size 0, size 1, ...] of a tensor sent to the next stage
 
 
-def _lenet_layer(i: int, X: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Layer i of d2l_gpu.models.lenet, the same operations in the same order."""
-    if i < 2:
-        H = F.avg_pool2d(F.relu(F.conv2d(X, W, b)), kernel_size=(2, 2), stride=(2, 2))
-        return H.reshape(H.shape[0], -1) if i == 1 else H
-    H = torch.mm(X, W) + b
-    return F.relu(H) if i == 2 else H
+def layers(net: nn.Module) -> nn.Sequential:
+    """`net` as the nn.Sequential a pipeline cuts: a LeNet as its four layers (copies of its
+    weights), an nn.Sequential such as ResNet-18 as it is. Shown in lesson 7."""
+    if isinstance(net, LeNet):
+        return lenet_blocks([p.detach() for p in net.params])
+    if not isinstance(net, nn.Sequential):
+        raise TrainError(
+            f"--strategy pipeline cuts an nn.Sequential, not a {type(net).__name__}: give the "
+            "model as an nn.Sequential of its layers, or use --strategy ddp or fsdp"
+        )
+    return net
 
 
-class LeNetStage(nn.Module):
-    """Layers first..last-1 of a LeNet, sharing its parameters and keeping their names."""
-
-    def __init__(self, net: LeNet, first: int, last: int):
-        super().__init__()
-        self.layers = list(range(first, last))
-        self.params = nn.Module()
-        for i in range(2 * first, 2 * last):
-            self.params.register_parameter(str(i), net.params[i])
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        for i in self.layers:
-            X = _lenet_layer(
-                i, X, getattr(self.params, str(2 * i)), getattr(self.params, str(2 * i + 1))
-            )
-        return X
-
-
-def layers_of(net: nn.Module) -> int:
-    """How many stages `net` can be cut into: one layer (or top-level part) each at most.
-
-    Shown in lesson 7 (`--strategy pipeline`)."""
-    return 4 if isinstance(net, LeNet) else len(list(net.children()))
-
-
-def cut(net: nn.Module, stage: int, num_stages: int) -> nn.Module:
+def cut(net: nn.Sequential, stage: int, num_stages: int) -> nn.Sequential:
     """Stage `stage` of `num_stages`: consecutive layers of `net`, sharing its parameters.
 
     Shown in lesson 7 (`--strategy pipeline`)."""
-    n = layers_of(net)
+    n = len(net)
     bounds = [round(k * n / num_stages) for k in range(num_stages + 1)]
-    first, last = bounds[stage], bounds[stage + 1]
-    if isinstance(net, LeNet):
-        return LeNetStage(net, first, last)
-    return nn.Sequential(OrderedDict(list(net.named_children())[first:last]))
+    return net[bounds[stage] : bounds[stage + 1]]  # keeps the layers' names
 
 
 class PipelineStrategy(Strategy):
@@ -88,9 +59,10 @@ class PipelineStrategy(Strategy):
     sharded = True
 
     @staticmethod
-    def check(cfg, world: int) -> None:
+    def check(cfg: TrainConfig, world: int) -> None:
         needs_torch(2, 6, "--strategy pipeline (torch.distributed.pipelining)")
-        stages = 4 if cfg.model == "lenet" else 9
+        with torch.random.fork_rng(devices=[]):  # a throwaway model: the job's seed is untouched
+            stages = len(layers(MODELS[cfg.model]()))
         if world > stages:
             raise TrainError(
                 f"--strategy pipeline cuts {cfg.model} into at most {stages} stages (one layer "
@@ -103,19 +75,24 @@ class PipelineStrategy(Strategy):
                 f"{cfg.microbatches} equal micro-batches: use a divisor of {cfg.batch_size}"
             )
 
-    def __init__(self, net: nn.Module, cfg, rank: int, world: int, device: torch.device):
+    def __init__(self, net: nn.Module, cfg: TrainConfig, where: Placement):
+        super().__init__(net, cfg, where)  # wrap() below cuts this rank's stage
         pipelining = importlib.import_module("torch.distributed.pipelining")
-        self.net, self.rank, self.world, self.device = net, rank, world, device
-        self.stage_module = cut(net, rank, world)
-        self.model = self.stage_module
-        self.optimizer = torch.optim.SGD(self.stage_module.parameters(), lr=cfg.lr)
-        self.dtype = next(net.parameters()).dtype
         self._batch_size = cfg.batch_size
-        stage = pipelining.PipelineStage(self.stage_module, rank, world, device)
+        stage = pipelining.PipelineStage(self.model, self.rank, self.world, self.device)
         options = {}  # the loss below is already the batch mean: no further scaling
         if "scale_grads" in inspect.signature(pipelining.ScheduleGPipe).parameters:
             options["scale_grads"] = False
         self.schedule = pipelining.ScheduleGPipe(stage, cfg.microbatches, self._loss, **options)
+
+    def wrap(self, net: nn.Module) -> nn.Module:
+        """This rank's stage of `net`; `self.full_name` maps its state's names to the model's."""
+        whole = layers(net)
+        self.full_name = dict(zip(whole.state_dict(), net.state_dict(), strict=True))
+        return cut(whole, self.rank, self.world)
+
+    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [(self.full_name[n], p) for n, p in self.model.named_parameters()]
 
     def _loss(self, y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """A micro-batch's share of the batch mean: summed over micro-batches it is the mean."""
@@ -139,7 +116,7 @@ class PipelineStrategy(Strategy):
     def predict(self, X: torch.Tensor) -> torch.Tensor | None:
         """Logits on the last stage (None elsewhere); every rank must call it."""
         H = X if self.rank == 0 else self._receive()
-        H = self.stage_module(H)
+        H = self.model(H)
         if self.rank == self.world - 1:
             return H
         header = torch.full((_HEADER,), -1, dtype=torch.int64)
@@ -158,17 +135,22 @@ class PipelineStrategy(Strategy):
 
     def model_state(self) -> dict | None:
         """The stages' states merged on rank 0: the full model's state dict."""
-        mine = {k: v.detach().cpu().clone() for k, v in self.stage_module.state_dict().items()}
+        full = self.net.state_dict()
+        mine = {
+            self.full_name[k]: oriented(full_tensor(v), full[self.full_name[k]].shape)
+            for k, v in self.model.state_dict().items()
+        }
         return _merge_on_rank0(mine, self.rank, self.world, _union)
 
     def optimizer_state(self) -> dict | None:
         """The stages' optimizer states merged on rank 0 (one parameter group)."""
-        mine = _named_optimizer_state(self.optimizer, self.stage_module)
+        mine = named_optimizer_state(self.optimizer, self.named_parameters())
+        full = dict(self.net.named_parameters())
+        mine["state"] = {  # per-parameter tensors (momentum, say) shaped like the full model's
+            n: {k: oriented(v, full[n].shape) if torch.is_tensor(v) else v for k, v in s.items()}
+            for n, s in mine["state"].items()
+        }
         return _merge_on_rank0(mine, self.rank, self.world, _merge_optimizer_states)
-
-    def load_optimizer_state(self, state: dict) -> None:
-        """This stage's part of a full optimizer state (of any strategy)."""
-        _load_named_optimizer_state(self.optimizer, self.stage_module, state)
 
 
 def _merge_on_rank0(mine, rank: int, world: int, merge):

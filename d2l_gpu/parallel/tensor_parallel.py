@@ -15,9 +15,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .distributed import rank_device
+from ..data.toy import toy_data, toy_images
+from ..distributed import rank_device
+from ..models import lenet_sequential, mlp
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
-from .splitting import lenet_sequential, mlp, toy_data, toy_images
 
 
 class _CopyToRanks(torch.autograd.Function):

@@ -12,11 +12,10 @@ from types import SimpleNamespace
 import torch
 from torch.nn import functional as F
 
-from . import _checks
-from .devices import synchronize
-from .models import lenet, lenet_params
-from .plotting import Animator
-from .training import Timer, sgd
+from ..devices import synchronize
+from ..models import lenet, lenet_params
+from ..plotting import Animator
+from ..training import Timer, sgd
 
 # The functions below are shown verbatim in lesson 5, which calls the helpers the book's way
 # (d2l.lenet, d2l.sgd, ...). This namespace gives them those names without importing the package.
@@ -77,7 +76,6 @@ def split_batch(
     X: torch.Tensor, y: torch.Tensor, devices: list[torch.device]
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Split `X` and `y` into one nearly equal shard per device (sizes differ by at most 1)."""
-    devices = _checks.devices("split_batch: devices", devices)
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} examples but y has {y.shape[0]}")
     if X.shape[0] < len(devices):
@@ -148,9 +146,6 @@ def train_parallel(
     flat: bool = False,
 ) -> tuple[list[float], float]:
     """Train LeNet data-parallel on `devices`; plot test accuracy; return (accuracies, s/epoch)."""
-    devices = _checks.devices("train_parallel: devices", devices)
-    _checks.positive("train_parallel: lr", lr)
-    _checks.whole("train_parallel: num_epochs", num_epochs)
     params = d2l.lenet_params(seed, init_scale)
     # Copy model parameters to every device
     device_params = [get_params(params, d) for d in devices]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from .devices import gpu
-from .devices import num_gpus as _num_gpus
+from ..devices import gpu
+from ..devices import num_gpus as _num_gpus
 from .hparams import HyperParameters
 
 

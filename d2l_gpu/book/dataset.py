@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from PIL import Image  # Pillow: declared in pyproject.toml (matplotlib needs it too)
 
-from .data import read_fashion_mnist
+from ..data.fashion_mnist import read_fashion_mnist
 
 
 class BookStyleDataset(torch.utils.data.Dataset):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .devices import try_all_gpus
+from ..devices import try_all_gpus
 
 Action = tuple[str, int]  # ("F", i): forward of micro-batch i; ("B", i): its backward
 
@@ -93,13 +93,13 @@ def _ready(kind: str, s: int, i: int, done: set, p: int) -> bool:
     return ("F", s, i) in done and (s == p - 1 or ("B", s + 1, i) in done)
 
 
-def simulate_schedule(schedule: list[list[Action]], t_forward=1.0, t_backward=2.0) -> list[tuple]:
-    """The timeline of a schedule when every forward takes t_forward and backward t_backward.
-
-    Returns events (stage, kind, micro-batch, start, end); raises on a schedule that deadlocks.
-    """
+def walk_schedule(schedule: list[list[Action]]):
+    """Yield (stage, kind, micro-batch) in the order the actions of `schedule` can run: the stages
+    are swept in turn, each running its next action once what it needs is done. The one walker
+    of the simulator and the executor (lesson 9); raises RuntimeError on a schedule that
+    deadlocks."""
     p = len(schedule)
-    pos, free_at, done, finish, events = [0] * p, [0.0] * p, set(), {}, []
+    pos, done = [0] * p, set()
     while any(pos[s] < len(schedule[s]) for s in range(p)):
         progressed = False
         for s in range(p):
@@ -108,17 +108,32 @@ def simulate_schedule(schedule: list[list[Action]], t_forward=1.0, t_backward=2.
             kind, i = schedule[s][pos[s]]
             if not _ready(kind, s, i, done, p):
                 continue
-            deps = [("F", s - 1, i)] if kind == "F" and s > 0 else []
-            if kind == "B":
-                deps = [("F", s, i)] + ([("B", s + 1, i)] if s < p - 1 else [])
-            start = max([free_at[s]] + [finish[d] for d in deps])
-            end = start + (t_forward if kind == "F" else t_backward)
-            events.append((s, kind, i, start, end))
+            yield s, kind, i
             done.add((kind, s, i))
-            finish[(kind, s, i)], free_at[s], pos[s] = end, end, pos[s] + 1
+            pos[s] += 1
             progressed = True
         if not progressed:
-            raise RuntimeError(f"the schedule deadlocks: every stage waits ({pos=})")
+            raise RuntimeError(
+                f"the schedule deadlocks: every stage waits ({pos=}); each stage needs the "
+                "forward of a micro-batch before its backward, in an order its neighbours allow"
+            )
+
+
+def simulate_schedule(schedule: list[list[Action]], t_forward=1.0, t_backward=2.0) -> list[tuple]:
+    """The timeline of a schedule when every forward takes t_forward and backward t_backward.
+
+    Returns events (stage, kind, micro-batch, start, end); raises on a schedule that deadlocks.
+    """
+    p = len(schedule)
+    free_at, finish, events = [0.0] * p, {}, []
+    for s, kind, i in walk_schedule(schedule):
+        deps = [("F", s - 1, i)] if kind == "F" and s > 0 else []
+        if kind == "B":
+            deps = [("F", s, i)] + ([("B", s + 1, i)] if s < p - 1 else [])
+        start = max([free_at[s]] + [finish[d] for d in deps])
+        end = start + (t_forward if kind == "F" else t_backward)
+        events.append((s, kind, i, start, end))
+        finish[(kind, s, i)], free_at[s] = end, end
     return events
 
 
@@ -153,30 +168,17 @@ def run_schedule(
     """One pipelined step in one process; gradients accumulate as for the whole batch X."""
     p, m = len(stages), len(schedule[0]) // 2
     Xs, ys = X.tensor_split(m), y.tensor_split(m)
-    inputs, outputs, grads, done, losses = {}, {}, {}, set(), []
-    pos = [0] * p
-    while any(pos[s] < len(schedule[s]) for s in range(p)):
-        progressed = False
-        for s in range(p):
-            if pos[s] == len(schedule[s]):
-                continue
-            kind, i = schedule[s][pos[s]]
-            if not _ready(kind, s, i, done, p):
-                continue
-            if kind == "F":
-                h = Xs[i] if s == 0 else outputs[(s - 1, i)]
-                inputs[(s, i)], out = stage_forward(stages[s], h, devices[s], first=s == 0)
-                if s == p - 1:  # micro-batch loss, weighted so that the sum is the batch mean
-                    out = loss_fn(out, ys[i].to(out.device), reduction="sum") / len(X)
-                    losses.append(out.item())
-                outputs[(s, i)] = out
-            else:
-                out = outputs.pop((s, i))
-                grad = None if s == p - 1 else grads.pop((s + 1, i))
-                grads[(s, i)] = stage_backward(inputs.pop((s, i)), out, grad)
-            done.add((kind, s, i))
-            pos[s] += 1
-            progressed = True
-        if not progressed:
-            raise RuntimeError(f"the schedule deadlocks: every stage waits ({pos=})")
+    inputs, outputs, grads, losses = {}, {}, {}, []
+    for s, kind, i in walk_schedule(schedule):
+        if kind == "F":
+            h = Xs[i] if s == 0 else outputs[(s - 1, i)]
+            inputs[(s, i)], out = stage_forward(stages[s], h, devices[s], first=s == 0)
+            if s == p - 1:  # micro-batch loss, weighted so that the sum is the batch mean
+                out = loss_fn(out, ys[i].to(out.device), reduction="sum") / len(X)
+                losses.append(out.item())
+            outputs[(s, i)] = out
+        else:
+            out = outputs.pop((s, i))
+            grad = None if s == p - 1 else grads.pop((s + 1, i))
+            grads[(s, i)] = stage_backward(inputs.pop((s, i)), out, grad)
     return sum(losses)

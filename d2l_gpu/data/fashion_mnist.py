@@ -11,7 +11,7 @@ Every file is parsed strictly (magic numbers, sizes, label range). The SHA-256 o
 content is checked against SHA256 for the sources this module vouches for (SYSTEM_DIR, the cache,
 downloads), and so is the number of examples (EXAMPLES) announced by each file's header; files you
 point at yourself (root, D2L_GPU_DATA) are checked only with verify=True. A gzipped file is inflated
-in bounded memory: never past the size its header announces (see d2l_gpu.idx).
+in bounded memory: never past the size its header announces (see d2l_gpu.data.idx).
 Parsed tensors are cached in-process, so loading again in a notebook is instant; treat the tensors
 of read_fashion_mnist (and DataIter.X on CPU, which shares them) as read-only.
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
+from ..devices import profile
 from .batches import DataIter, check_device, is_int, positive_int, resize_size
-from .devices import profile
 from .download import DataError, cache_dir, download, remove_stale_parts
 from .idx import IMAGE_SHAPE, parse_idx, read_idx
 

@@ -1,4 +1,4 @@
-"""Verified, atomic, bounded downloads into a per-user cache (used by d2l_gpu.data).
+"""Verified, atomic, bounded downloads into a per-user cache (used by d2l_gpu.data.fashion_mnist).
 
 A download goes to a temporary `.NAME.XXXXXXXX.part` file in the destination folder, is fsynced and
 checked by the caller's `verify`, and only then renamed over the destination with os.replace. Any
@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from ._fs import sync_folder
+from .._fs import sync_folder
 
 try:
     import fcntl

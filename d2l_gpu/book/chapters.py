@@ -12,10 +12,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from .devices import try_all_gpus
-from .models import has_lazy, materialize
-from .plotting import Animator
-from .training import Accumulator, Timer, accuracy, data_parallel, evaluate_accuracy_gpu
+from ..devices import try_all_gpus
+from ..models import has_lazy, materialize
+from ..plotting import Animator
+from ..training import Accumulator, Timer, accuracy, data_parallel, evaluate_accuracy_gpu
 
 
 def _plot_now(i: int, num_batches: int) -> bool:

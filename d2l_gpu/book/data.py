@@ -1,8 +1,9 @@
 """The book's FashionMNIST data module (d2l 1.0) on this package's data layer (no torchvision).
 
 The files come from where `d2l.load_data_fashion_mnist` finds them (the `root` argument,
-D2L_GPU_DATA, the system copy, the cache, a download; see d2l_gpu.data), with the same quick
-profile cap on a CPU. Batches are made by slicing whole uint8 tensors, not image by image.
+D2L_GPU_DATA, the system copy, the cache, a download; see d2l_gpu.data.fashion_mnist), with the
+same quick profile cap on a CPU. Batches are made by slicing whole uint8 tensors, not image by
+image.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .book_classes import DataModule
-from .data import DataIter, get_fashion_mnist_labels, load_data_fashion_mnist
-from .plotting import show_images
+from ..data.fashion_mnist import DataIter, get_fashion_mnist_labels, load_data_fashion_mnist
+from ..plotting import show_images
+from .classes import DataModule
 
 
 class FashionSplit(torch.utils.data.Dataset):

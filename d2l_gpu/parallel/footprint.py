@@ -22,7 +22,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .devices import synchronize
+from ..devices import synchronize
 
 MiB = 2**20
 

@@ -17,21 +17,17 @@ with the other ranks; 2 a job that cannot run as asked, said in one sentence.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import time
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, resume, save_atomic, save_checkpoint, set_rng_state
-from .data import DataError, fashion_mnist_dir, read_fashion_mnist
-from .distributed import device_and_backend, join_group, leave_group, lost_contact
-from .stopping import (
+from ..data.fashion_mnist import DataError, fashion_mnist_dir, read_fashion_mnist
+from ..distributed import device_and_backend, join_group, leave_group, lost_contact
+from ..stopping import (
     DONE,
     FINAL,
     LOST,
@@ -40,132 +36,23 @@ from .stopping import (
     end_with_agent,
     kept,
     say_line,
-    stop_on_signals,
     stop_restarts,
 )
-from .strategies import (
-    DTYPES,
-    STRATEGIES,
-    TrainError,
-    build_model,
-    check_sizes,
-    evaluate,
-    make_strategy,
-    shard_indices,
-    strategy_class,
-    train_epoch,
-)
+from .checkpoint import CheckpointError, resume, save_atomic, save_checkpoint, set_rng_state
+from .config import DTYPES, Placement, TrainConfig, TrainError, parse_args
+from .epochs import check_sizes, evaluate, shard_indices, train_epoch
+from .strategies import make_strategy, strategy_class
+from .strategies.base import build_model
 
-__all__ = ["TrainConfig", "TrainError", "main", "parse_args", "shard_indices", "train"]
-
-MODELS = ("lenet", "resnet18")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The settings of one training job: what the flags fill and what a checkpoint records."""
-
-    model: str = "lenet"
-    epochs: int = 10
-    batch_size: int = 256
-    lr: float = 0.2
-    limit: int | None = None
-    seed: int = 0
-    checkpoint: str | None = None
-    save: str | None = None
-    data_dir: str | None = None
-    backend: str = "auto"
-    strategy: str = "ddp"
-    microbatches: int = 4  # micro-batches per global batch (--strategy pipeline)
-    dtype: str = "float32"
-    timeout: float = 600.0  # seconds a rank waits for the others before it gives up
-    progress: bool | None = None  # None: a progress bar only when stderr is a terminal
-
-    # settings that define the job: a resumed job must have the checkpoint's
-    MUST_MATCH = ("model", "batch_size", "lr", "limit", "seed", "data_dir", "dtype")
-    # settings that may change on resume (said when they do): more epochs, another strategy
-    MAY_CHANGE = ("epochs", "strategy", "microbatches")
-
-    def __post_init__(self):
-        for name in ("epochs", "batch_size", "limit", "microbatches"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")
-        for name in ("lr", "timeout"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name} must be a positive finite number, got {value}")
-        for name, allowed in (("model", MODELS), ("dtype", DTYPES), ("strategy", STRATEGIES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"--{name} must be one of {', '.join(allowed)}")
-        if self.checkpoint and self.save and _same_file(self.checkpoint, self.save):
-            raise ValueError(
-                f"--checkpoint and --save name the same file {self.save!r}: the final model "
-                "would replace the checkpoint; give --save another path"
-            )
-
-    def settings(self) -> dict:
-        """What a checkpoint records and a resume compares (no output paths, no display)."""
-        return {k: getattr(self, k) for k in self.MUST_MATCH + self.MAY_CHANGE}
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
-
-
-def _same_file(a: str, b: str) -> bool:
-    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-
-
-def _positive_float(text: str) -> float:
-    """argparse type for --lr and --timeout: a finite number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
-    """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input).
-
-    Shown in lesson 7."""
-    p = argparse.ArgumentParser(
-        prog=prog, description="Train on Fashion-MNIST on one process or many (under torchrun)."
-    )
-    p.add_argument("--model", choices=MODELS, default="lenet")
-    p.add_argument("--epochs", type=int, default=10, metavar="E", help="epochs in all (10)")
-    p.add_argument("--batch-size", type=int, default=256, metavar="B", help="global batch (256)")
-    p.add_argument("--lr", type=_positive_float, default=0.2, help="SGD learning rate (0.2)")
-    p.add_argument("--limit", type=int, metavar="N", help="use the first N examples per split")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="init and shuffling seed (0)")
-    p.add_argument("--checkpoint", metavar="PATH", help="resume from / save to after each epoch")
-    p.add_argument("--save", metavar="PATH", help="write the final model state_dict here")
-    p.add_argument("--data-dir", metavar="DIR", help="Fashion-MNIST folder (else D2L_GPU_DATA)")
-    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto", help="(auto)")
-    p.add_argument(
-        "--strategy",
-        choices=list(STRATEGIES),
-        default="ddp",
-        help="ddp: whole model per rank; fsdp: sharded; pipeline: layers cut (ddp)",
-    )
-    p.add_argument("--microbatches", type=int, default=4, metavar="M",
-                   help="micro-batches per global batch for --strategy pipeline (4)")  # fmt: skip
-    p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="(float32)")
-    p.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S",
-                   help="seconds a rank waits for the others before it gives up (600)")  # fmt: skip
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        help="progress bar per epoch (default: only when stderr is a terminal)",
-    )
-    args = p.parse_args(argv)
-    try:
-        return TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    except ValueError as e:
-        p.error(str(e))
+__all__ = [
+    "TrainConfig",
+    "TrainError",
+    "check_sizes",
+    "main",
+    "parse_args",
+    "shard_indices",
+    "train",
+]
 
 
 def _log(rank: int, *args) -> None:
@@ -173,12 +60,13 @@ def _log(rank: int, *args) -> None:
         print(*args, flush=True)
 
 
-def _epoch(cfg: TrainConfig, strategy, data, epoch: int, rank: int, world: int) -> None:
+def _epoch(strategy, data, epoch: int) -> None:
     """Train and evaluate one epoch, sum the figures over ranks, stop if the loss diverged."""
     X, y, X_test, y_test = data
+    cfg, rank = strategy.cfg, strategy.rank
     tic = time.perf_counter()
-    metric = train_epoch(strategy, X, y, epoch, cfg, rank, world)
-    metric = torch.cat([metric, evaluate(strategy, X_test, y_test, cfg, rank, world)])
+    metric = train_epoch(strategy, X, y, epoch)
+    metric = torch.cat([metric, evaluate(strategy, X_test, y_test)])
     dist.all_reduce(metric)  # sums over ranks: loss, correct, count, test correct, test count
     loss_sum, correct, n, test_correct, n_test = metric.tolist()
     if not math.isfinite(loss_sum):
@@ -194,12 +82,13 @@ def _epoch(cfg: TrainConfig, strategy, data, epoch: int, rank: int, world: int) 
     )
 
 
-def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) -> None:
+def _run(cfg: TrainConfig, data, where: Placement, backend: str) -> None:
     """Build, resume, train, evaluate, checkpoint and save; on every rank."""
+    rank, world, device = where.rank, where.world, where.device
     X, y, X_test, y_test = (t.to(device) for t in data)
     y, y_test = y.long(), y_test.long()  # once, not in every step
     net = build_model(cfg.model, cfg.seed, device, DTYPES[cfg.dtype])
-    ckpt, start = resume(cfg, net, rank, world), 0
+    ckpt, start = resume(cfg, net, where), 0
     if ckpt is not None:
         net.load_state_dict(ckpt["model_state"])
         set_rng_state(ckpt["rng"][rank], device)
@@ -207,7 +96,7 @@ def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) ->
         _log(rank, f"resumed from {cfg.checkpoint}: {start} of {cfg.epochs} epochs done")
         for note in ckpt["notes"]:
             _log(rank, f"continuing with {note}")
-    strategy = make_strategy(cfg.strategy, net, cfg, rank, world, device)
+    strategy = make_strategy(net, cfg, where)
     if ckpt is not None:
         strategy.load_optimizer_state(ckpt["optimizer_state"])
     del ckpt
@@ -223,9 +112,9 @@ def _run(cfg: TrainConfig, data, rank: int, world: int, device, backend: str) ->
     )
     try:
         for epoch in range(start, cfg.epochs):
-            _epoch(cfg, strategy, (X, y, X_test, y_test), epoch, rank, world)
+            _epoch(strategy, (X, y, X_test, y_test), epoch)
             if cfg.checkpoint:
-                save_checkpoint(cfg, strategy, epoch + 1, rank, world, device)
+                save_checkpoint(strategy, epoch + 1)
         if cfg.save:
             state = strategy.model_state()  # every rank: some strategies gather it
             if rank == 0:
@@ -263,7 +152,7 @@ def train(cfg: TrainConfig) -> None:
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     rank, world = join_group(backend, device, cfg.timeout)
     try:
-        _run(cfg, data, rank, world, device, backend)
+        _run(cfg, data, Placement(rank, world, device), backend)
     finally:
         leave_group()
 
@@ -298,8 +187,3 @@ def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
         )
         return LOST
     return DONE
-
-
-if __name__ == "__main__":
-    stop_on_signals()
-    sys.exit(main())

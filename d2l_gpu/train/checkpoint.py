@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ._fs import sync_folder
+from .._fs import sync_folder
 from .checkpoint_checks import (  # noqa: F401 - the checks are part of this module's interface
     CheckpointError,
     check_archive,
@@ -30,6 +30,7 @@ from .checkpoint_checks import (  # noqa: F401 - the checks are part of this mod
     check_rng_states,
     check_state_fits,
 )
+from .config import Placement, TrainConfig
 
 __all__ = [
     "CheckpointError",
@@ -176,14 +177,14 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def resume(cfg, net, rank: int, world: int) -> dict | None:
-    """The checkpoint of job `cfg` (a TrainConfig) for `net` on every rank, or None.
+def resume(cfg: TrainConfig, net, where: Placement) -> dict | None:
+    """The checkpoint of job `cfg` for `net` on every rank (`where`: this one), or None.
 
     Shown in lesson 7. Rank 0 checks that the outputs can be written, reads the checkpoint,
     checks its settings, tensors and states, and broadcasts the outcome: every rank gets the
     checkpoint, or every rank raises the same CheckpointError (none waits forever)."""
-    payload = [None]
-    if rank == 0:
+    payload, world = [None], where.world
+    if where.rank == 0:
         try:
             for path, flag in ((cfg.checkpoint, "--checkpoint"), (cfg.save, "--save")):
                 if path:
@@ -237,12 +238,13 @@ def write_failure(path, ckpt: dict, error: BaseException) -> str:
     )
 
 
-def save_checkpoint(cfg, strategy, epoch: int, rank: int, world: int, device) -> None:
-    """Gather the full states and every rank's RNG state; rank 0 writes them atomically to
-    cfg.checkpoint; all ranks wait until it is on disk, or all raise CheckpointError if it could
-    not be written (the previous checkpoint is kept). Shown in lesson 7."""
+def save_checkpoint(strategy, epoch: int) -> None:
+    """Gather the full states and every rank's RNG state; rank 0 writes them atomically to the
+    job's --checkpoint; all ranks wait until it is on disk, or all raise CheckpointError if it
+    could not be written (the previous checkpoint is kept). Shown in lesson 7."""
+    cfg, rank, world = strategy.cfg, strategy.rank, strategy.world
     rng = [None] * world
-    dist.all_gather_object(rng, get_rng_state(device))
+    dist.all_gather_object(rng, get_rng_state(strategy.device))
     model_state, optimizer_state = strategy.model_state(), strategy.optimizer_state()
     outcome = [None]
     if rank == 0:

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .distributed import rank_device
+from ..data.toy import toy_data
+from ..distributed import full_tensor, rank_device
+from ..models import mlp
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
-from .model_memory import checkpoint_every
-from .splitting import mlp, toy_data
+from .memory import checkpoint_every
 
 
 def _data_parallel_run(net, rank, world, widths, steps, batch_size, lr, dtype, seed, device, base):
@@ -38,11 +39,6 @@ def _data_parallel_run(net, rank, world, widths, steps, batch_size, lr, dtype, s
 
     run = train_measured(step, steps, device, [net, opt], base)
     return {**run, "losses": run.pop("outputs"), "calls": counter.calls, "bytes": counter.bytes}
-
-
-def _full(p: torch.Tensor) -> torch.Tensor:
-    """A parameter as one whole tensor on the CPU (a DTensor is gathered from every rank)."""
-    return (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().clone()
 
 
 def fsdp_worker(
@@ -74,6 +70,6 @@ def fsdp_worker(
     fully_shard(net)
     args = (rank, world, widths, steps, batch_size, lr, dtype, seed, device, baseline)
     run = _data_parallel_run(net, *args)
-    run["params"] = [_full(p) for p in net.parameters()]
+    run["params"] = [full_tensor(p) for p in net.parameters()]
     run["kinds"] = sorted({type(p).__name__ for p in net.parameters()})
     return run

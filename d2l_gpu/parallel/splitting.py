@@ -1,0 +1,101 @@
+"""Three ways to split a network over k devices (by data, by layers, by channels) and what each
+costs, counted unit by unit; the models the lessons split live in d2l_gpu.models.
+
+Shown in lesson 9.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def layer_table(net: nn.Sequential, X: torch.Tensor) -> list[dict]:
+    """Per unit (child) of `net`: parameters, outputs per example, forward FLOPs per example."""
+    rows, h, was_training = [], X, net.training
+    net.eval()  # the same FLOPs, and BatchNorm's running statistics stay untouched
+    with torch.no_grad():
+        for name, unit in net.named_children():
+            with FlopCounterMode(display=False) as counter:
+                h = unit(h)
+            rows.append(
+                {
+                    "name": f"{name}: {type(unit).__name__}",
+                    "params": sum(p.numel() for p in unit.parameters()),
+                    "out": h[0].numel(),
+                    "flops": counter.get_total_flops() / len(X),
+                }
+            )
+    net.train(was_training)
+    return rows
+
+
+def balanced_cuts(costs: list[float], k: int) -> list[int]:
+    """Cut `costs` into k contiguous groups with the smallest largest sum; return the k+1 bounds."""
+    n = len(costs)
+    if not 1 <= k <= n:
+        raise ValueError(f"cannot cut {n} units into {k} stages: need 1 <= stages <= {n}")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[j][i]: the smallest largest sum cutting units[:i] into j groups; how[j][i]: last cut
+    best = [[inf] * (n + 1) for _ in range(k + 1)]
+    how = [[0] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = 0.0
+    for j in range(1, k + 1):
+        for i in range(j, n + 1):
+            for c in range(j - 1, i):
+                value = max(best[j - 1][c], prefix[i] - prefix[c])
+                if value < best[j][i]:
+                    best[j][i], how[j][i] = value, c
+    bounds, i = [n], n
+    for j in range(k, 0, -1):
+        i = how[j][i]
+        bounds.append(i)
+    return bounds[::-1]
+
+
+def split_stages(net: nn.Sequential, k: int, costs: list[float] | None = None) -> list:
+    """Cut `net` into k consecutive stages (copies), balancing `costs` (default: unit counts)."""
+    units = list(net.children())
+    bounds = balanced_cuts(costs if costs is not None else [1.0] * len(units), k)
+    pairs = zip(bounds, bounds[1:], strict=False)
+    return [copy.deepcopy(nn.Sequential(*units[a:b])) for a, b in pairs]
+
+
+def split_costs(net: nn.Sequential, X: torch.Tensor, k: int, bytes_per_number: int = 4) -> dict:
+    """Per device and step, for batch X on k devices: parameters, FLOPs, bytes sent, by strategy."""
+    rows = layer_table(net, X[:1])
+    B, b = len(X), bytes_per_number
+    P = sum(r["params"] for r in rows)
+    flops = [r["flops"] * B for r in rows]
+    bounds = balanced_cuts(flops, k)
+    stages = list(zip(bounds, bounds[1:], strict=False))
+    # layers: a stage sends its output forward and the gradient of its input backward
+    sends = [
+        (rows[b_ - 1]["out"] if b_ < len(rows) else 0) + (rows[a - 1]["out"] if a > 0 else 0)
+        for a, b_ in stages
+    ]
+    acts = sum(r["out"] for r in rows)
+    frac = (k - 1) / k
+    return {
+        "data": {
+            "params": P,
+            "flops": sum(flops) / k,
+            "bytes_sent": 2 * frac * P * b,  # a ring all-reduce of every gradient
+        },
+        "layers": {
+            "params": max(sum(r["params"] for r in rows[a:b_]) for a, b_ in stages),
+            "flops": max(sum(flops[a:b_]) for a, b_ in stages),
+            "bytes_sent": max(sends) * B * b,
+        },
+        "channels": {
+            "params": P / k,
+            "flops": sum(flops) / k,
+            "bytes_sent": 2 * frac * acts * B * b,  # gather each output, reduce each input grad
+        },
+    }

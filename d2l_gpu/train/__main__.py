@@ -1,0 +1,9 @@
+"""`python -m d2l_gpu.train`: the training script of lesson 7 (see d2l_gpu.train.loop)."""
+
+import sys
+
+from ..stopping import stop_on_signals
+from .loop import main
+
+stop_on_signals()
+sys.exit(main())

@@ -1,0 +1,160 @@
+"""The typed settings of a training job (lesson 7): `TrainConfig`, whose fields are also the
+script's flags, and `Placement`, where one process of the job runs.
+
+Each field is written once: its type, default and help text (`field(metadata=...)`) make both the
+frozen dataclass and its `--flag`; `parse_args` builds the parser from the fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from ..models import LeNet, resnet18
+
+__all__ = ["MODELS", "STRATEGIES", "Placement", "TrainConfig", "TrainError", "parse_args"]
+
+MODELS = {"lenet": LeNet, "resnet18": resnet18}  # what --model names, built by build_model
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+STRATEGIES = ("ddp", "fsdp", "pipeline")  # the classes: d2l_gpu.train.strategies.STRATEGY_CLASSES
+
+
+class TrainError(ValueError):
+    """A job that cannot run as asked (sizes that do not fit, a loss that is no longer finite)."""
+
+
+def _positive_float(text: str) -> float:
+    """argparse type for --lr and --timeout: a finite number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def flag(default, help=None, **options):  # noqa: A002 - argparse's own word
+    """A TrainConfig field and its --flag: `help` gets the default appended, `options` go to
+    argparse's add_argument (metavar, choices, type, action)."""
+    return field(default=default, metadata={"help": help, **options})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The settings of one training job: what the flags fill and what a checkpoint records."""
+
+    model: str = flag("lenet", choices=list(MODELS))
+    epochs: int = flag(10, "epochs in all", metavar="E")
+    batch_size: int = flag(256, "global batch", metavar="B")
+    lr: float = flag(0.2, "SGD learning rate", type=_positive_float)
+    limit: int | None = flag(None, "use the first N examples per split", metavar="N")
+    seed: int = flag(0, "init and shuffling seed", metavar="S")
+    checkpoint: str | None = flag(None, "resume from / save to after each epoch", metavar="PATH")
+    save: str | None = flag(None, "write the final model state_dict here", metavar="PATH")
+    data_dir: str | None = flag(None, "Fashion-MNIST folder (else D2L_GPU_DATA)", metavar="DIR")
+    backend: str = flag("auto", "", choices=["auto", "nccl", "gloo"])
+    strategy: str = flag(
+        "ddp",
+        "ddp: whole model per rank; fsdp: sharded; pipeline: layers cut",
+        choices=list(STRATEGIES),
+    )
+    microbatches: int = flag(
+        4, "micro-batches per global batch for --strategy pipeline", metavar="M"
+    )
+    dtype: str = flag("float32", "", choices=list(DTYPES))
+    timeout: float = flag(
+        600.0,
+        "seconds a rank waits for the others before it gives up",
+        metavar="S",
+        type=_positive_float,
+    )
+    progress: bool | None = flag(
+        None,
+        "progress bar per epoch (default: only when stderr is a terminal)",
+        action=argparse.BooleanOptionalAction,
+    )
+
+    # settings that define the job: a resumed job must have the checkpoint's
+    MUST_MATCH = ("model", "batch_size", "lr", "limit", "seed", "data_dir", "dtype")
+    # settings that may change on resume (said when they do): more epochs, another strategy
+    MAY_CHANGE = ("epochs", "strategy", "microbatches")
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "limit", "microbatches"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")
+        for name in ("lr", "timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name} must be a positive finite number, got {value}")
+        for name, allowed in (("model", MODELS), ("dtype", DTYPES), ("strategy", STRATEGIES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name} must be one of {', '.join(allowed)}")
+        if self.checkpoint and self.save and _same_file(self.checkpoint, self.save):
+            raise ValueError(
+                f"--checkpoint and --save name the same file {self.save!r}: the final model "
+                "would replace the checkpoint; give --save another path"
+            )
+
+    def settings(self) -> dict:
+        """What a checkpoint records and a resume compares (no output paths, no display)."""
+        return {k: getattr(self, k) for k in self.MUST_MATCH + self.MAY_CHANGE}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one process of a job runs: its rank, the world size and its device (lesson 7)."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _same_file(a: str, b: str) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def _shown(default) -> str:
+    """A default as the help text shows it: 600.0 as 600, 0.2 as 0.2."""
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+def _argument(f) -> dict:
+    """add_argument's keywords for TrainConfig field `f`."""
+    options = {k: v for k, v in f.metadata.items() if k != "help"}
+    text = f.metadata.get("help")
+    if f.default is not None and f.default is not MISSING:
+        options["default"] = f.default
+        if text is not None:
+            text = f"{text} ({_shown(f.default)})".lstrip()
+    if text is not None:
+        options["help"] = text
+    if "type" not in options and "choices" not in options and "action" not in options:
+        options["type"] = int if f.type.startswith("int") else str
+    return options
+
+
+def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
+    """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input).
+
+    Shown in lesson 7."""
+    p = argparse.ArgumentParser(
+        prog=prog, description="Train on Fashion-MNIST on one process or many (under torchrun)."
+    )
+    for f in fields(TrainConfig):
+        p.add_argument(f"--{_flag(f.name)}", **_argument(f))
+    args = p.parse_args(argv)
+    try:
+        return TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    except ValueError as e:
+        p.error(str(e))

@@ -1,0 +1,24 @@
+"""`--strategy ddp` (lesson 7): every rank holds the whole model; DistributedDataParallel
+averages the gradients while the backward pass runs."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .base import Strategy
+
+__all__ = ["DDPStrategy"]
+
+
+class DDPStrategy(Strategy):
+    """Data parallelism with DistributedDataParallel: the whole model on every rank."""
+
+    name = "ddp"
+
+    def wrap(self, net: nn.Module) -> nn.Module:
+        """DDP around `net`."""
+        device = self.device
+        return DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None
+        )

@@ -1,0 +1,47 @@
+"""`--strategy fsdp` (lesson 7): parameters, gradients and optimizer state sharded over the
+ranks (FSDP2, `torch.distributed.fsdp.fully_shard`); a layer's parameters are gathered just for
+its use."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+
+from ...models import Residual
+from ..config import TrainConfig
+from .base import Strategy, needs_torch
+
+__all__ = ["FSDPStrategy"]
+
+
+class FSDPStrategy(Strategy):
+    """Fully sharded data parallelism (FSDP2): each rank keeps 1/world of every parameter."""
+
+    name = "fsdp"
+    sharded = True
+
+    @staticmethod
+    def check(cfg: TrainConfig, world: int) -> None:
+        needs_torch(2, 6, "--strategy fsdp (torch.distributed.fsdp.fully_shard)")
+
+    def wrap(self, net: nn.Module) -> nn.Module:
+        """Shard each residual block (ResNet-18) and the whole model, in place."""
+        fully_shard = importlib.import_module("torch.distributed.fsdp").fully_shard
+        mesh_module = importlib.import_module("torch.distributed.device_mesh")
+        self.mesh = mesh_module.init_device_mesh(self.device.type, (self.world,))
+        for module in net.modules():
+            if isinstance(module, Residual):
+                fully_shard(module, mesh=self.mesh)
+        return fully_shard(net, mesh=self.mesh)
+
+    def close(self) -> None:
+        """Let the mesh forget the group: DTensor's caches keep the mesh after the job (seen in
+        PyTorch 2.13), and through it the group and gloo's threads, into interpreter shutdown."""
+        registry = getattr(self.mesh, "_pg_registry", None)
+        if isinstance(registry, dict):
+            registry.clear()
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        return self.model(X)  # gathers each layer's parameters: every rank must call it
