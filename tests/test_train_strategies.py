@@ -1,5 +1,6 @@
 """`--strategy ddp|fsdp|pipeline`: each equals one process, each resumes a killed rank to the
-uninterrupted result, each resumes the others' checkpoints, and bad combinations are refused.
+uninterrupted result, each resumes the others' checkpoints and at another world size (elastic),
+and bad combinations are refused.
 
 Exactness is checked in float64 (--dtype float64), where 16 steps of rounding stay near 1e-16:
 a difference above 1e-12 can only be a bug (a wrong shard, a missing micro-batch, a gradient
@@ -106,3 +107,26 @@ def test_old_pytorch_refused_with_the_version_needed(lone, monkeypatch, capsys):
     for strategy in ("fsdp", "pipeline"):
         assert train.main([*ARGS, "--strategy", strategy]) == 2
         assert "needs PyTorch 2.6 or newer; this is 2.4.1" in capsys.readouterr().err
+
+
+def _job(ranks: int, env: dict, folder, extra: list[str]) -> None:
+    """The job on `ranks` processes (1: plain python, a group of one) in `folder`."""
+    if ranks == 1:
+        run([sys.executable, *SCRIPT, *ARGS64, *extra], env, folder)
+    else:
+        cmd, env2 = torchrun(ranks, env, folder)
+        run([*cmd, *SCRIPT, *ARGS64, *extra], env2, folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", *PARALLEL])
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
+def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
+    env, tmp_path, one_process, strategy, before, after
+):
+    """An elastic job re-formed with fewer or more ranks: epoch 1 on `before`, 2 on `after`."""
+    extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
+    _job(before, env, tmp_path, [*extra, "--epochs", "1"])
+    assert load(tmp_path / "ckpt.pt")["world_size"] == before
+    _job(after, env, tmp_path, extra)
+    assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12

@@ -134,7 +134,8 @@ def check_checkpoint(
     """Raise CheckpointError if `ckpt` is another job's; return notes on allowed changes.
 
     Every setting in `settings` must equal the checkpoint's, except those in `may_change`,
-    which are listed in the notes. Shown in lesson 7."""
+    which are listed in the notes. The world size may change too (an elastic job re-formed with
+    more or fewer ranks): the global batches do not depend on it. Shown in lesson 7."""
     old = ckpt.get("settings", {})
     differ = [k for k in settings if k not in may_change and old.get(k) != settings[k]]
     if differ:
@@ -145,18 +146,14 @@ def check_checkpoint(
             f"checkpoint {str(path)!r} belongs to a job with other settings: {listed}. Resume "
             "with the checkpoint's settings, or start afresh with another --checkpoint path"
         )
-    if ckpt.get("world_size") != world_size:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} was written by a job of world size "
-            f"{ckpt.get('world_size')}, but this job has world size {world_size}: relaunch with "
-            f"{ckpt.get('world_size')} processes in all, or start afresh with another "
-            "--checkpoint path"
-        )
-    return [
+    notes = [
         f"--{k.replace('_', '-')} {settings[k]} (the checkpoint's job had {old.get(k)})"
         for k in may_change
         if k in settings and old.get(k) != settings[k]
     ]
+    if ckpt.get("world_size") != world_size:
+        notes.append(f"world size {world_size} (the checkpoint's job had {ckpt.get('world_size')})")
+    return notes
 
 
 def get_rng_state(device: torch.device) -> dict:
@@ -199,7 +196,7 @@ def resume(cfg: TrainConfig, net, where: Placement) -> dict | None:
                 check_state_fits(ckpt.get("model_state"), net.state_dict(), cfg.checkpoint)
                 names = [name for name, _ in net.named_parameters()]
                 check_optimizer_state(ckpt.get("optimizer_state"), names, cfg.checkpoint)
-                check_rng_states(ckpt.get("rng"), world, cfg.checkpoint)
+                check_rng_states(ckpt.get("rng"), ckpt.get("world_size"), cfg.checkpoint)
                 ckpt["notes"] = notes
             payload = [("ok", ckpt)]
         except CheckpointError as e:

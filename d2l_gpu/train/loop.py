@@ -91,7 +91,9 @@ def _run(cfg: TrainConfig, data, where: Placement, backend: str) -> None:
     ckpt, start = resume(cfg, net, where), 0
     if ckpt is not None:
         net.load_state_dict(ckpt["model_state"])
-        set_rng_state(ckpt["rng"][rank], device)
+        # A rank the checkpoint's job did not have takes rank 0's state: the script draws no
+        # random number after building the model (each epoch's order comes from seed and epoch)
+        set_rng_state(ckpt["rng"][rank if rank < len(ckpt["rng"]) else 0], device)
         start = ckpt["epoch"]
         _log(rank, f"resumed from {cfg.checkpoint}: {start} of {cfg.epochs} epochs done")
         for note in ckpt["notes"]:
