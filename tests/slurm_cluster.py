@@ -75,8 +75,9 @@ def why_not() -> str | None:
         return "the test cluster needs root for its namespaces and daemons (CI runs as root)"
     missing = [c for c in COMMANDS if not shutil.which(c)]
     if missing:
-        return (f"the test cluster needs {', '.join(missing)}: apt-get install slurmctld slurmd "
-                "slurm-client munge iproute2 util-linux (.ci/run does)")  # fmt: skip
+        return (f"the test cluster needs {', '.join(missing)}, not found on PATH: install them "
+                "with apt-get install slurmctld slurmd slurm-client munge iproute2 util-linux "
+                "(.ci/run does)")  # fmt: skip
     return None
 
 
