@@ -5,12 +5,14 @@ each in a network namespace of its own. The script is submitted with sbatch as a
 its 2 nodes x 1 rank end with the weights of one process (float64); a job requeued after its
 first checkpoint resumes from it to the same weights; a job that got fewer nodes than it needs
 is refused with the script's sentence. Needs root and Debian's Slurm and munge packages (CI
-installs them); skipped with the reason otherwise.
+installs them); skipped with the reason otherwise. The script run without sbatch is refused too
+(no cluster needed).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,12 +26,14 @@ EPOCHS = 6  # enough epochs after the first checkpoint for a requeue to land mid
 ARGS64 = [*ARGS, "--epochs", str(EPOCHS), "--dtype", "float64"]  # the last --epochs wins
 BOUND = 240  # seconds by which a job must have ended, even on a loaded machine
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """A controller and two idle compute nodes; everything removed afterwards."""
+    if why_not() is not None:
+        pytest.skip(why_not())
     c = Cluster()
     try:
         c.start()
@@ -112,3 +116,15 @@ def test_fewer_nodes_than_needed_refused_with_a_sentence(cluster, env, tmp_path)
     )
     assert re.search(sentence, out), out
     assert not list(tmp_path.glob("checkpoint-*")), "nothing should have started"
+
+
+def test_run_outside_slurm_refused_with_a_sentence(small_data, tmp_path):
+    """`bash train.sbatch` on a login node, without sbatch: a sentence, exit 2, nothing run."""
+    done = subprocess.run(["bash", str(SBATCH)], env=job_env(small_data), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "train.sbatch: this is not a Slurm job (SLURM_JOB_ID is not set): submit the script "
+        "with sbatch scripts/slurm/train.sbatch instead of running it.\n"
+    )
+    assert list(tmp_path.iterdir()) == []
