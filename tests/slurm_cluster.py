@@ -62,6 +62,8 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 KillWait=5
+# a node whose slurmd does not answer for 10 s is declared down (Slurm's default is 300 s)
+SlurmdTimeout=10
 {nodes}
 PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
 """
@@ -109,8 +111,12 @@ class Cluster:
                      "munged")  # fmt: skip
         self._daemon(self._inside("ctl", "slurmctld", "-D", "-i"), "slurmctld")
         for node in NODES:
-            self._daemon(self._inside(node, "slurmd", "-D"), f"slurmd-{node}")
+            self.start_node(node)
         self._wait_idle(bound)
+
+    def start_node(self, node: str) -> None:
+        """Start `node`'s slurmd (again, after kill_node: Slurm takes the node back)."""
+        self._daemon(self._inside(node, "slurmd", "-D"), f"slurmd-{node}")
 
     def _write_files(self) -> None:
         d = self.dir
@@ -206,15 +212,22 @@ class Cluster:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
                          for p in sorted((self.dir / "log").glob("*")))  # fmt: skip
 
+    def kill_node(self, node: str) -> None:
+        """The machine `node` dies: SIGKILL to its slurmd and every process of a job on it."""
+        self._kill_all(self.ns[node])
+
+    def _kill_all(self, ns: str) -> None:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
     # --- teardown ---------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Kill every daemon and job process, delete the namespaces and the folder."""
         for ns in self.ns.values():  # slurmd, slurmstepd, srun, torchrun and the ranks
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-            for pid in pids.stdout.split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            self._kill_all(ns)
         for proc in self.daemons:  # munged, and the nsenter of a daemon that failed early
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -64,6 +64,17 @@ def output(cwd: Path, job: str) -> str:
     return (cwd / f"train-{job}.out").read_text(errors="replace")
 
 
+def wait_for_checkpoint(cluster: Cluster, job: str, cwd: Path) -> None:
+    """Return once the job's first checkpoint exists; fail if the job ends or BOUND passes."""
+    checkpoint, deadline = cwd / f"checkpoint-{job}.pt", time.monotonic() + BOUND
+    while not checkpoint.exists():
+        state = cluster.job(job)["JobState"]
+        assert time.monotonic() < deadline and state in ("PENDING", "CONFIGURING", "RUNNING"), (
+            f"job {job} is {state} and wrote no checkpoint:\n{output(cwd, job)}"
+        )
+        time.sleep(0.01)
+
+
 def test_sbatch_script_trains_as_one_process(cluster, env, tmp_path, one_process, small_data):
     """2 nodes x 1 rank through sbatch, srun and torchrun end with one process's weights; the
     same check fails against a job with another --lr (the negative control)."""
@@ -87,13 +98,7 @@ def test_requeued_job_resumes_to_the_uninterrupted_result(cluster, env, tmp_path
     """`scontrol requeue` after the first checkpoint stops the job; Slurm starts it again, and
     it resumes from its checkpoint to one process's weights."""
     job = cluster.sbatch(SBATCH, *ARGS64, env=env, cwd=tmp_path)
-    checkpoint, deadline = tmp_path / f"checkpoint-{job}.pt", time.monotonic() + BOUND
-    while not checkpoint.exists():
-        state = cluster.job(job)["JobState"]
-        assert time.monotonic() < deadline and state in ("PENDING", "CONFIGURING", "RUNNING"), (
-            f"job {job} is {state} and wrote no checkpoint:\n{output(tmp_path, job)}"
-        )
-        time.sleep(0.01)
+    wait_for_checkpoint(cluster, job, tmp_path)
     cluster.client("scontrol", "requeue", job)
     fields = cluster.wait(job, BOUND)
     out = output(tmp_path, job)
@@ -101,6 +106,29 @@ def test_requeued_job_resumes_to_the_uninterrupted_result(cluster, env, tmp_path
     assert "DUE TO JOB REQUEUE" in out and f"job {job}, run 2:" in out, out
     resumed = re.search(rf"resumed from checkpoint-{job}\.pt: (\d+) of {EPOCHS} epochs done", out)
     assert resumed and 1 <= int(resumed[1]) < EPOCHS, out
+    assert max_diff(load(tmp_path / f"final-{job}.pt"), one_process) < 1e-12
+
+
+def test_dead_node_ends_the_run_in_bounded_time_and_the_job_resumes(cluster, env, tmp_path,
+                                                                    one_process):  # fmt: skip
+    """node2 dies after the first checkpoint (its slurmd and processes killed): rank 0 says it
+    lost contact, the run ends within a bound, Slurm requeues the job; node2 comes back and
+    the job resumes from its checkpoint to one process's weights."""
+    job = cluster.sbatch(SBATCH, *ARGS64, env={**env, "WAIT": "10"}, cwd=tmp_path)
+    wait_for_checkpoint(cluster, job, tmp_path)
+    cluster.kill_node("node2")
+    tic, deadline = time.monotonic(), time.monotonic() + BOUND
+    while cluster.job(job)["Restarts"] == "0":  # the run ends, then Slurm requeues the job
+        assert time.monotonic() < deadline, f"job {job} still ran {BOUND} s after node2 died"
+        time.sleep(0.2)
+    print(f"the run ended and the job was requeued {time.monotonic() - tic:.0f} s after")
+    out = output(tmp_path, job)
+    assert "lost contact with the other ranks" in out and "DUE TO NODE FAILURE" in out, out
+    cluster.start_node("node2")
+    fields = cluster.wait(job, BOUND)
+    out = output(tmp_path, job)
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", out
+    assert re.search(rf"resumed from checkpoint-{job}\.pt: [1-5] of {EPOCHS} epochs done", out), out
     assert max_diff(load(tmp_path / f"final-{job}.pt"), one_process) < 1e-12
 
 
