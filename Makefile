@@ -9,7 +9,7 @@ VENV ?= .venv
 export VENV
 COURSE := $(PYTHON) scripts/course.py
 
-.PHONY: setup setup-dev lessons test test-unit test-unit-1thread test-notebooks test-slow lab check format slides test-browser stress gpu-report spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-cluster test-unit test-unit-1thread test-notebooks test-slow lab check format slides test-browser stress gpu-report spread kernel lock clean
 
 setup:  ## create .venv with the learners' lock and the package
 	$(COURSE) setup
@@ -31,6 +31,9 @@ test-unit-1thread:  ## the unit tests again on one thread (other CPU kernels, ot
 
 test-notebooks:
 	$(COURSE) test-notebooks
+
+test-cluster:  ## a real Slurm cluster and two hosts in network namespaces (Linux, root)
+	$(COURSE) test-cluster
 
 test-slow:  ## nbval again on one core shared with a busy loop: speed-dependent output fails
 	$(COURSE) test-slow

@@ -8,6 +8,7 @@ lessons       execute every lesson headless into build/lessons/ and print the ta
 test          unit tests, then strict nbval over every lesson and solution
 test-unit     the unit tests               test-unit-1thread   the same on one thread
 test-notebooks  strict nbval               test-slow           nbval on one busy core (Linux)
+test-cluster  a real Slurm cluster and two hosts in network namespaces (Linux, root)
 lab           JupyterLab on the lessons    kernel              register the Python you run this with
 check         ruff and notebook hygiene    format              ruff format, notebooks normalised
 slides        the reveal.js decks          test-browser        the lessons in headless Chromium
@@ -104,12 +105,18 @@ class Course:
 
     def test_unit(self) -> None:
         self.setup_dev()
-        self.run(self.py, "-m", "pytest", "tests")
+        self.run(self.py, "-m", "pytest", "-m", "not cluster", "tests")
 
     def test_unit_1thread(self) -> None:
         self.setup_dev()
         one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.run(self.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", env=one)
+        quiet = ["-q", "-p", "no:cacheprovider", "-m", "not cluster"]
+        self.run(self.py, "-m", "pytest", *quiet, "tests", env=one)
+
+    def test_cluster(self) -> None:
+        """The tests that start a Slurm cluster and network-namespace hosts (root, Linux)."""
+        self.setup_dev()
+        self.run(self.py, "-m", "pytest", "-m", "cluster", "-p", "no:cacheprovider", "tests")
 
     def test_notebooks(self) -> None:
         self.setup_dev()

@@ -37,7 +37,7 @@ def test_test_runs_the_unit_tests_then_every_notebook_and_solution(capsys, tmp_p
     assert course.Course(tmp_path, dry_run=True).test() is None
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 2, printed  # nothing installed again
-    assert printed[0].endswith("-m pytest tests")
+    assert printed[0].endswith("-m pytest -m not cluster tests")
     shown = set(printed[1].split())
     for nb in [*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]:
         assert nb.relative_to(ROOT).as_posix() in shown

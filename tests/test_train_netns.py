@@ -46,6 +46,7 @@ def _can_make_namespaces() -> str | None:
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.cluster,
     pytest.mark.skipif(_can_make_namespaces() is not None, reason=str(_can_make_namespaces())),
 ]
 
