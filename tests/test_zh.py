@@ -9,6 +9,7 @@ copies: each way of falling out of step makes `check` fail and name the cell.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -333,3 +334,10 @@ def test_real_notebook_changing_code_or_output_fails(path, tmp_path):
     out = cell(original, victim)["outputs"][0]
     edit(copied, lambda nb: cell(nb, victim)["outputs"].append(out))
     assert any(f"id {victim}" in p and "outputs differs" in p for p in zh.check_file(copied))
+
+
+def test_chinese_readme_and_glossary_links_resolve():
+    for doc in (ROOT / "docs" / "zh").glob("*.md"):
+        for link in re.findall(r"\]\(([^)#\s]+)", doc.read_text(encoding="utf-8")):
+            if not re.match(r"^[a-z]+:", link):
+                assert (doc.parent / link).exists(), f"{doc.name}: {link}"
