@@ -1,0 +1,352 @@
+"""Keep the Chinese notebooks (notebooks/zh/, solutions/zh/) in step with their English sources.
+
+    python scripts/zh.py sync FILES | --all      # rebuild each Chinese notebook from its source
+    python scripts/zh.py check [FILES]           # exit 1 naming every cell out of step
+    python scripts/zh.py mark FILE [CELL_ID ...] # record that cells translate today's English text
+
+The English notebook of notebooks/zh/NN-x.ipynb is notebooks/NN-x.ipynb (solutions alike). Sync
+copies every code cell (source, outputs, execution count, metadata) and the notebook metadata
+from the English notebook; a markdown cell keeps its Chinese text when the old Chinese notebook
+holds a translation of the same English cell (matched by the English cell's id), else it gets
+the English text under a "待翻译" marker. Each translated cell records in its metadata which
+English cell, and which version of its text, it translates:
+
+    metadata.d2l_gpu.zh = {"source_id": ID, "source_sha256": SHA-256 of the English source}
+
+`mark` writes that record after a translation is written or brought up to date; `check` reports
+a translation whose English cell changed since (stale). A Chinese-only markdown cell (set-up
+notes for students in China) carries {"zh_only": true}; sync keeps it after the English cell it
+followed. Untranslated cells are allowed only in the notebooks listed in IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+import nbtools
+
+from d2l_gpu._fs import write_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+ZH_DIRS = ("notebooks/zh", "solutions/zh")
+# Chinese notebooks whose translation is under way: cells awaiting translation are allowed here.
+IN_PROGRESS: set[str] = set()
+PENDING_MARK = "> **待翻译 (awaiting translation)**：本单元仍是英文原文。"
+PENDING_HINT = "译好后运行 `python scripts/zh.py mark {file} {id}`。\n\n"
+_IMAGE_RE = re.compile(
+    r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img[^>]*\ssrc=\"([^\"]+)\""
+)
+_LINK_UP_RE = re.compile(r"(\]\(\s*<?|\ssrc=\")\.\./")
+
+
+class ZhError(ValueError):
+    """A Chinese notebook that cannot be synced or marked: the message says which and why."""
+
+
+def source(cell) -> str:
+    """A cell's source as one string."""
+    return nbtools._source(cell)
+
+
+def sha256(text: str) -> str:
+    """The hex SHA-256 of `text` (UTF-8)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record(cell) -> dict:
+    """The cell's `d2l_gpu.zh` record, or {} where it has none."""
+    rec = cell.get("metadata", {}).get("d2l_gpu", {})
+    return rec.get("zh", {}) if isinstance(rec, dict) and isinstance(rec.get("zh"), dict) else {}
+
+
+def rel(path) -> str:
+    """`path` as it is written in IN_PROGRESS and in messages: notebooks/zh/NN-x.ipynb."""
+    return "/".join(Path(path).resolve().parts[-3:])
+
+
+def english_path(zh_path) -> Path:
+    """The English notebook that the Chinese notebook `zh_path` translates."""
+    zh_path = Path(zh_path)
+    if zh_path.parent.name != "zh":
+        raise ZhError(f"{zh_path}: not in a zh/ folder; Chinese notebooks live in {ZH_DIRS}")
+    return zh_path.parent.parent / zh_path.name
+
+
+def all_zh_files(root=ROOT) -> list[Path]:
+    """Every Chinese notebook of the course."""
+    return sorted(p for d in ZH_DIRS for p in (Path(root) / d).glob("*.ipynb"))
+
+
+def _load(path, what: str) -> dict:
+    """The notebook JSON at `path`, or ZhError naming the file and what to do."""
+    try:
+        nb = nbtools.load(path)
+    except (OSError, ValueError) as e:
+        raise ZhError(f"{path}: cannot read the {what} notebook ({e})") from None
+    shape = nbtools.shape_problems(nb)
+    if shape:
+        raise ZhError(f"{path}: the {what} notebook is not a notebook in shape: {shape[0]}")
+    return nb
+
+
+def _zh_meta(cell, rec: dict) -> None:
+    """Set the cell's `d2l_gpu.zh` record to `rec`."""
+    cell.setdefault("metadata", {}).setdefault("d2l_gpu", {})["zh"] = rec
+
+
+def _deeper_links(text: str) -> str:
+    """English markdown with its ../ links made one folder deeper, as zh/ needs them."""
+    return _LINK_UP_RE.sub(lambda m: m.group(1) + "../../", text)
+
+
+def pending_text(en_cell, zh_path) -> str:
+    """The text of a cell awaiting translation: the marker, then the English text."""
+    hint = PENDING_HINT.format(file=rel(zh_path), id=en_cell["id"])
+    return f"{PENDING_MARK}{hint}{_deeper_links(source(en_cell))}"
+
+
+def is_pending(cell) -> bool:
+    """True for a cell that still awaits translation (or awaits `mark`)."""
+    return bool(record(cell).get("pending"))
+
+
+def build(en: dict, old: dict | None, zh_path) -> dict:
+    """The Chinese notebook rebuilt from English `en`, keeping the translations in `old`."""
+    en_ids = {c["id"] for c in en["cells"]}
+    kept, extras, anchor = {}, {}, None  # extras: zh_only cells by the English id they follow
+    for cell in old["cells"] if old else []:
+        rec = record(cell)
+        if rec.get("zh_only"):
+            extras.setdefault(anchor, []).append(cell)
+        elif rec.get("source_id") in en_ids:
+            kept[rec["source_id"]] = cell
+            anchor = rec["source_id"]
+        elif cell.get("id") in en_ids:
+            anchor = cell["id"]
+    cells = list(extras.pop(None, []))
+    for en_cell in en["cells"]:
+        new = copy.deepcopy(en_cell)
+        if en_cell["cell_type"] != "code":
+            old_cell = kept.get(en_cell["id"])
+            rec = dict(record(old_cell)) if old_cell else {}
+            if old_cell is None or rec.get("pending") and source(old_cell).startswith(PENDING_MARK):
+                new["source"] = pending_text(en_cell, zh_path)
+                rec = {"source_id": en_cell["id"], "pending": True}
+            else:  # a translation, or an edited cell awaiting `mark`: its text is kept
+                new["source"] = source(old_cell)
+                if old_cell.get("attachments"):
+                    new["attachments"] = copy.deepcopy(old_cell["attachments"])
+            _zh_meta(new, rec)
+        cells.append(new)
+        cells += extras.pop(en_cell["id"], [])
+    for orphans in extras.values():  # the English cell they followed is gone: keep them last
+        cells += orphans
+    nb = copy.deepcopy(en)
+    nb["cells"] = cells
+    return nb
+
+
+def render(nb: dict) -> str:
+    """The notebook's text in the normal form of scripts/nbtools.py, with the zh records kept."""
+    records = [copy.deepcopy(c.get("metadata", {}).get("d2l_gpu")) for c in nb["cells"]]
+    tidied = nbtools.tidy(nb)
+    for cell, rec in zip(tidied["cells"], records, strict=True):
+        if rec is not None:
+            cell["metadata"]["d2l_gpu"] = rec
+    return nbtools.dumps(tidied)
+
+
+def sync_file(zh_path) -> bool:
+    """Rebuild the Chinese notebook `zh_path` from its English source; True if it changed."""
+    zh_path = Path(zh_path)
+    en_path = english_path(zh_path)
+    if not en_path.exists():
+        raise ZhError(
+            f"{zh_path}: no English notebook {en_path}; remove the Chinese one or fix its name"
+        )
+    en = _load(en_path, "English")
+    old = _load(zh_path, "Chinese") if zh_path.exists() else None
+    new = render(build(en, old, zh_path))
+    if zh_path.exists() and zh_path.read_text(encoding="utf-8") == new:
+        return False
+    zh_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(zh_path, new)
+    return True
+
+
+def mark_file(zh_path, ids: list[str]) -> list[str]:
+    """Record that cells `ids` translate today's English (no ids: edited cells awaiting mark)."""
+    zh_path = Path(zh_path)
+    en = {c["id"]: c for c in _load(english_path(zh_path), "English")["cells"]}
+    nb = _load(zh_path, "Chinese")
+    by_id = {c.get("id"): c for c in nb["cells"]}
+    if not ids:
+        ids = [
+            c["id"] for c in nb["cells"] if is_pending(c) and not source(c).startswith(PENDING_MARK)
+        ]
+    for cell_id in ids:
+        cell = by_id.get(cell_id)
+        if cell is None or cell_id not in en or cell.get("cell_type") == "code":
+            raise ZhError(
+                f"{zh_path}: no markdown cell {cell_id!r} that translates an English cell"
+            )
+        if source(cell).startswith(PENDING_MARK):
+            raise ZhError(
+                f"{zh_path}: cell {cell_id} still holds the English text under the 待翻译 marker; "
+                "translate it (and delete the marker line) before marking it"
+            )
+        _zh_meta(cell, {"source_id": cell_id, "source_sha256": sha256(source(en[cell_id]))})
+    text = render(nb)
+    if text != zh_path.read_text(encoding="utf-8"):
+        write_atomic(zh_path, text)
+    return ids
+
+
+def _where(i: int, cell) -> str:
+    return f"cell {i} (id {cell.get('id')}, {nbtools.first_line(cell)!r})"
+
+
+def image_problems(nb: dict, folder: Path) -> list[str]:
+    """Each markdown image link of `nb` that is relative and names no file under `folder`."""
+    out = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell.get("cell_type") != "markdown":
+            continue
+        for m in _IMAGE_RE.finditer(source(cell)):
+            link = (m.group(1) or m.group(2)).split("#")[0]
+            if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^/", link) or not link:
+                continue  # a URL (http:, data:, attachment:) or an absolute path
+            if not (folder / link).is_file():
+                out.append(
+                    f"{_where(i, cell)}: image link {link} names no file; "
+                    "from zh/ it is ../../img/NAME"
+                )
+    return out
+
+
+def check_file(zh_path, in_progress: set[str] | None = None) -> list[str]:
+    """Every way the Chinese notebook `zh_path` is out of step with its English source."""
+    zh_path = Path(zh_path)
+    in_progress = IN_PROGRESS if in_progress is None else in_progress
+    try:
+        en_path = english_path(zh_path)
+        en = _load(en_path, "English")
+        zh = _load(zh_path, "Chinese")
+    except ZhError as e:
+        return [str(e).removeprefix(f"{zh_path}: ")]
+    out = []
+    en_cells = {c.get("id"): (i, c) for i, c in enumerate(en["cells"])}
+    zh_cells, seen = [], []
+    for i, cell in enumerate(zh["cells"]):
+        if record(cell).get("zh_only"):
+            if cell.get("cell_type") != "markdown":
+                out.append(f"{_where(i, cell)}: a Chinese-only cell must be markdown, not code")
+            continue
+        if cell.get("id") not in en_cells:
+            out.append(f"{_where(i, cell)}: extra cell, no English cell has its id; run sync")
+            continue
+        zh_cells.append((i, cell))
+        seen.append(cell["id"])
+    for cell_id, (j, en_cell) in en_cells.items():
+        if cell_id not in seen:
+            out.append(
+                f"English cell {j} (id {cell_id}, {nbtools.first_line(en_cell)!r}) is missing; "
+                "run sync"
+            )
+    if seen != [c for c in en_cells if c in seen]:
+        out.append("cells are not in the English order; run sync")
+    if zh.get("metadata") != en.get("metadata"):
+        out.append("notebook metadata (the execution record) differs from the English; run sync")
+    allowed = rel(zh_path) in in_progress
+    pending = []
+    for i, cell in zh_cells:
+        en_cell = en_cells[cell["id"]][1]
+        where = _where(i, cell)
+        if en_cell.get("cell_type") == "code" or cell.get("cell_type") == "code":
+            for key in ("cell_type", "source", "outputs", "execution_count", "metadata"):
+                if key == "source" and source(cell) == source(en_cell):
+                    continue
+                if cell.get(key) != en_cell.get(key):
+                    out.append(
+                        f"{where}: code cell's {key} differs from the English cell; run sync"
+                    )
+            continue
+        rec = record(cell)
+        if cell.get("cell_type") != en_cell.get("cell_type"):
+            out.append(
+                f"{where}: {cell.get('cell_type')} cell for a "
+                f"{en_cell.get('cell_type')} cell; run sync"
+            )
+        if rec.get("source_id") != cell["id"]:
+            out.append(f"{where}: no record of the English cell it translates; run sync, then mark")
+        elif rec.get("pending"):
+            pending.append(cell["id"])
+        elif rec.get("source_sha256") != sha256(source(en_cell)):
+            out.append(
+                f"{where}: stale, English cell {cell['id']} changed after it was translated; "
+                f"update the Chinese, then: python scripts/zh.py mark {rel(zh_path)} {cell['id']}"
+            )
+    if pending and not allowed:
+        out.append(
+            f"{len(pending)} cell(s) await translation ({', '.join(pending)}), and the notebook "
+            "is not listed in IN_PROGRESS in scripts/zh.py: translate them and run mark"
+        )
+    out += image_problems(zh, zh_path.parent)
+    if not out:
+        try:
+            if render(build(en, zh, zh_path)) != zh_path.read_text(encoding="utf-8"):
+                out.append(
+                    "not in the form sync writes; run: python scripts/zh.py sync " + rel(zh_path)
+                )
+        except Exception as e:  # noqa: BLE001 - a shape no check foresaw: report it
+            out.append(f"cannot be rebuilt ({type(e).__name__}: {e})")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("sync", "check", "mark"):
+        print(__doc__)
+        return 2
+    cmd, args = argv[0], argv[1:]
+    if cmd == "mark":
+        if not args:
+            print("mark needs a Chinese notebook: python scripts/zh.py mark FILE [CELL_ID ...]")
+            return 2
+        try:
+            done = mark_file(args[0], args[1:])
+        except ZhError as e:
+            print(f"not marked: {e}")
+            return 1
+        print(f"{args[0]}: marked {len(done)} cell(s) as translating today's English text")
+        return 0
+    files = all_zh_files() if cmd == "check" and not args or args == ["--all"] else args
+    if not files:
+        print("sync needs files, or --all for every notebook under notebooks/zh and solutions/zh")
+        return 2
+    bad = 0
+    for f in files:
+        if cmd == "sync":
+            try:
+                print(f"{'synced' if sync_file(f) else 'unchanged'}: {f}")
+            except (ZhError, OSError) as e:
+                bad += 1
+                print(f"not synced: {e}")
+            continue
+        found = check_file(f)
+        bad += bool(found)
+        for p in found:
+            print(f"{rel(f)}: {p}")
+        if not found and rel(f) in IN_PROGRESS:
+            print(f"{rel(f)}: in progress (IN_PROGRESS): untranslated cells allowed")
+    if cmd == "check":
+        print(f"{len(files) - bad}/{len(files)} Chinese notebooks in step with their English")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
