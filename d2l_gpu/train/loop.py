@@ -1,11 +1,10 @@
 """Train LeNet or ResNet-18 on Fashion-MNIST on one process or many (lesson 7).
 
     python -m d2l_gpu.train --model lenet --epochs 10    # one process, no launcher needed
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nproc-per-node 2 --rdzv-backend c10d \
-        --rdzv-conf store_type=file --local-addr 127.0.0.1 -m d2l_gpu.train --strategy fsdp
+    python -m d2l_gpu.torchrun --nproc-per-node 2 -m d2l_gpu.train --strategy fsdp
 
-(The second form keeps a one-machine job off the network; `distributed.local_torchrun` builds
-it.) Backend: NCCL when every local rank has a CUDA device of its own, gloo otherwise; the
+(The second form is torchrun kept off the network and leaving no file behind: d2l_gpu.torchrun,
+built on `distributed.local_torchrun`.) Backend: NCCL when every local rank has a CUDA device of its own, gloo otherwise; the
 device is cuda:LOCAL_RANK. Every epoch one seeded permutation (the same on every rank) is cut
 into global batches of --batch-size examples; a data-parallel strategy gives rank r the r-th
 slice of each, so any world size sees the same global batches (the last, incomplete one is
