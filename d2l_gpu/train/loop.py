@@ -4,15 +4,14 @@
     python -m d2l_gpu.torchrun --nproc-per-node 2 -m d2l_gpu.train --strategy fsdp
 
 (The second form is torchrun kept off the network and leaving no file behind: d2l_gpu.torchrun,
-built on `distributed.local_torchrun`.) Backend: NCCL when every local rank has a CUDA device of its own, gloo otherwise; the
-device is cuda:LOCAL_RANK. Every epoch one seeded permutation (the same on every rank) is cut
-into global batches of --batch-size examples; a data-parallel strategy gives rank r the r-th
-slice of each, so any world size sees the same global batches (the last, incomplete one is
-dropped). With --checkpoint, rank 0 atomically writes the full model and optimizer states,
-epoch, settings and every rank's RNG state after each epoch; a job that finds the file resumes
-from it after checking that it belongs to the same job. Exit status: 0 done; 1 lost contact
-with the other ranks; 2 a job that cannot run as asked, said in one sentence.
-"""
+built on `distributed.local_torchrun`.) Backend: NCCL when every local rank has a CUDA device of
+its own, gloo otherwise; the device is cuda:LOCAL_RANK. Every epoch one seeded permutation (the
+same on every rank) is cut into global batches of --batch-size examples; a data-parallel strategy
+gives rank r the r-th slice of each, so any world size sees the same global batches (the last,
+incomplete one is dropped). With --checkpoint, rank 0 atomically writes the full model and
+optimizer states, epoch, settings and every rank's RNG state after each epoch; a job that finds the
+file resumes from it after checking that it belongs to the same job. Exit status: 0 done; 1 lost
+contact with the other ranks; 2 a job that cannot run as asked, said in one sentence. """
 
 from __future__ import annotations
 
