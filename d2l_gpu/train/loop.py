@@ -11,7 +11,8 @@ gives rank r the r-th slice of each, so any world size sees the same global batc
 incomplete one is dropped). With --checkpoint, rank 0 atomically writes the full model and
 optimizer states, epoch, settings and every rank's RNG state after each epoch; a job that finds the
 file resumes from it after checking that it belongs to the same job. Exit status: 0 done; 1 lost
-contact with the other ranks; 2 a job that cannot run as asked, said in one sentence. """
+contact with the other ranks; 2 a job that cannot run as asked, said in one sentence.
+"""
 
 from __future__ import annotations
 
