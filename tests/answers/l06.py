@@ -3,7 +3,7 @@
 from answers import Answer, Case
 
 NOTEBOOK = "06-concise-multi-gpu.ipynb"
-SETUP = ("import functools",)  # imports, torch, d2l and the devices
+SETUP = ("from d2l_gpu import init_weights, materialize",)  # imports, d2l and the devices
 
 VARIANTS = """
 num_epochs = 4
