@@ -6,7 +6,6 @@ sentence that names the argument, the value given and what to give instead.
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable
 
@@ -17,15 +16,6 @@ def whole(name: str, value, *, least: int = 1) -> int:
         raise TypeError(f"{name} must be a whole number >= {least}, got {value!r}")
     if value < least:
         raise ValueError(f"{name} must be a whole number >= {least}, got {value}")
-    return value
-
-
-def positive(name: str, value) -> float:
-    """`value` if it is a finite number > 0, else a sentence naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number > 0, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value}")
     return value
 
 
