@@ -173,23 +173,25 @@ def lost_contact(error: BaseException) -> bool:
     )  # fmt: skip
 
 
-def local_torchrun(nproc: int, *options: str, folder=None) -> tuple[list[str], dict]:
+def local_torchrun(nproc: int | None, *options: str, folder=None) -> tuple[list[str], dict]:
     """(command, extra environment) of torchrun for `nproc` workers on this machine, private.
 
-    Shown in lesson 7. The agents meet through a file (a c10d FileStore rendezvous) instead of a
-    TCP port, and rank 0 binds the job's store to 127.0.0.1, so nothing listens on the network.
-    The file lives in `folder`, and so do torchrun's per-job log folders (`--log-dir`), so
-    removing `folder` leaves nothing behind; without `folder`, torchrun makes both in the
-    temporary folder and never removes them.
+    Shown in lesson 7 (with nproc None, `options` carry `--nproc-per-node N` themselves). The
+    agents meet through a file (a c10d FileStore rendezvous) instead of a TCP port, and rank 0
+    binds the job's store to 127.0.0.1, so nothing listens on the network. The file lives in
+    `folder`, and so do torchrun's per-job log folders (`--log-dir`), so removing `folder` leaves
+    nothing behind; without `folder`, torchrun makes both in the temporary folder and never removes
+    them.
     """
     where = []
     if folder is not None:
         job = os.urandom(6).hex()
         where = ["--rdzv-endpoint", str(Path(folder) / f"rdzv-{job}"),
                  "--log-dir", str(Path(folder) / "torchrun-logs")]  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-conf", "store_type=file", *where,
-           "--local-addr", "127.0.0.1", *options]  # fmt: skip
+    count = [] if nproc is None else ["--nproc-per-node", str(nproc)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *count, "--rdzv-backend", "c10d",
+           "--rdzv-conf", "store_type=file", *where, "--local-addr", "127.0.0.1",
+           *options]  # fmt: skip
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     if Path("/sys/class/net/lo").exists():
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on the loopback interface (Linux)

@@ -40,10 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     folder = tempfile.mkdtemp(prefix="d2l-torchrun-")
     try:
-        cmd, extra = local_torchrun(0, folder=folder)
-        at = cmd.index("--nproc-per-node")  # the count is the caller's, in args
-        cmd = cmd[:at] + cmd[at + 2 :]
-        proc = subprocess.Popen([*cmd, *args], env={**os.environ, **extra})
+        cmd, extra = local_torchrun(None, *args, folder=folder)  # the count is in args
+        proc = subprocess.Popen(cmd, env={**os.environ, **extra})
         forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - a signal handler
         old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
