@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import Cluster, why_not
+from slurm_cluster import DONE, Cluster, why_not
 from train_launch import ARGS, ROOT, SCRIPT, job_env, load, max_diff, run
 
 SBATCH = ROOT / "scripts" / "slurm" / "train.sbatch"
@@ -112,24 +112,46 @@ def test_requeued_job_resumes_to_the_uninterrupted_result(cluster, env, tmp_path
 def test_dead_node_ends_the_run_in_bounded_time_and_the_job_resumes(cluster, env, tmp_path,
                                                                     one_process):  # fmt: skip
     """node2 dies after the first checkpoint (its slurmd and processes killed): rank 0 says it
-    lost contact, the run ends within a bound, Slurm requeues the job; node2 comes back and
-    the job resumes from its checkpoint to one process's weights."""
+    lost contact, the run ends within a bound and the job is requeued, by the script (its run
+    failed with a checkpoint) or by Slurm (node2 declared down), whichever notices first; node2
+    comes back and the job resumes from its checkpoint to one process's weights."""
     job = cluster.sbatch(SBATCH, *ARGS64, env={**env, "WAIT": "10"}, cwd=tmp_path)
     wait_for_checkpoint(cluster, job, tmp_path)
     cluster.kill_node("node2")
     tic, deadline = time.monotonic(), time.monotonic() + BOUND
-    while cluster.job(job)["Restarts"] == "0":  # the run ends, then Slurm requeues the job
+    while (fields := cluster.job(job))["Restarts"] == "0":  # the run ends, the job is requeued
+        assert fields["JobState"] not in DONE, (
+            f"job {job} ended without a requeue:\n{output(tmp_path, job)}"
+        )
         assert time.monotonic() < deadline, f"job {job} still ran {BOUND} s after node2 died"
         time.sleep(0.2)
-    print(f"the run ended and the job was requeued {time.monotonic() - tic:.0f} s after")
-    out = output(tmp_path, job)
-    assert "lost contact with the other ranks" in out and "DUE TO NODE FAILURE" in out, out
+    took, out = time.monotonic() - tic, output(tmp_path, job)
+    assert "lost contact with the other ranks" in out, out
+    by_script = f"requeueing job {job} (1 of MAX_REQUEUES=3) to resume from it" in out
+    print(f"requeued by {'the script' if by_script else 'Slurm'} {took:.0f} s after node2 died")
+    assert by_script or "DUE TO NODE FAILURE" in out, out
     cluster.start_node("node2")
     fields = cluster.wait(job, BOUND)
     out = output(tmp_path, job)
     assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", out
     assert re.search(rf"resumed from checkpoint-{job}\.pt: [1-5] of {EPOCHS} epochs done", out), out
     assert max_diff(load(tmp_path / f"final-{job}.pt"), one_process) < 1e-12
+
+
+def test_a_job_that_fails_every_time_is_requeued_at_most_max_requeues_times(cluster, env,
+                                                                             tmp_path):  # fmt: skip
+    """A run that fails with a checkpoint present puts the job back in the queue, but only
+    MAX_REQUEUES times: a damaged checkpoint fails every run, and the job ends FAILED after one
+    requeue with MAX_REQUEUES=1 (without the bound it would loop)."""
+    (tmp_path / "damaged.pt").write_bytes(b"not a checkpoint")
+    job_env_ = {**env, "WAIT": "10", "MAX_REQUEUES": "1", "CHECKPOINT": "damaged.pt"}
+    job = cluster.sbatch(SBATCH, *ARGS64, env=job_env_, cwd=tmp_path)
+    fields = cluster.wait(job, 2 * BOUND)
+    out = output(tmp_path, job)
+    assert fields["JobState"] == "FAILED" and fields["Restarts"] == "1", out
+    assert out.count(f"requeueing job {job} (1 of MAX_REQUEUES=1)") == 1, out
+    assert f"job {job}, run 2:" in out and f"job {job}, run 3:" not in out, out
+    assert "damaged.pt" in out and out.count("d2l_gpu.train: error (rank 0)") == 2, out
 
 
 def test_fewer_nodes_than_needed_refused_with_a_sentence(cluster, env, tmp_path):
