@@ -1,5 +1,5 @@
 """Process groups: choosing a backend and device, joining and leaving a group (what the training
-script does under torchrun), and launching torchrun privately on one machine (lessons 7 and 9-11).
+script does under torchrun), and launching torchrun privately on one machine (lessons 7 and 10-12).
 `run_workers`, which starts k processes joined in a group from a notebook, is in workers.py.
 """
 
@@ -26,7 +26,7 @@ _STORE = None  # the store this process joined its group through; dropped by lea
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on `host` that is free right now (the OS picks it). Shown in lesson 7."""
+    """A TCP port on `host` that is free right now (the OS picks it)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -42,7 +42,7 @@ def pick_backend(world_size: int) -> str:
 def device_and_backend(
     local_rank: int, local_world: int, backend: str = "auto"
 ) -> tuple[torch.device, str]:
-    """cuda:LOCAL_RANK with NCCL when each local rank has a GPU of its own, else gloo (lesson 7)."""
+    """cuda:LOCAL_RANK with NCCL when each local rank has a GPU of its own, else gloo."""
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl" or (backend == "auto" and n >= local_world):
         if n <= local_rank:
@@ -62,7 +62,7 @@ def torch_version() -> tuple[int, int]:
 
 def full_tensor(t):
     """The whole tensor behind `t` on the CPU (a DTensor shard is gathered, so every rank must
-    call it); anything that is not a tensor comes back as it is. Lessons 7 and 10."""
+    call it); anything that is not a tensor comes back as it is. Lessons 7 and 11."""
     if not isinstance(t, torch.Tensor):
         return t
     whole = t.full_tensor() if hasattr(t, "full_tensor") else t
@@ -142,9 +142,10 @@ def leave_group() -> None:
 def end_with_parent(on_exit: Callable[[], None] | None = None, every: float = 0.2) -> None:
     """Exit this process, after `on_exit()`, as soon as the process that started it is gone.
 
-    Shown in lessons 7 and 9-11: a torchrun agent killed with SIGKILL, or a notebook kernel
-    restarted, leaves its workers running unsupervised; a thread in each worker looks every
-    `every` seconds whether it was handed to another parent, and ends the worker if so."""
+    The workers of the training script that lesson 7 runs, and of `run_workers`, call it: a
+    torchrun agent killed with SIGKILL, or a notebook kernel restarted, leaves its workers running
+    unsupervised; a thread in each worker looks every `every` seconds whether it was handed to
+    another parent, and ends the worker if so."""
     parent = os.getppid()
 
     def watch() -> None:
@@ -163,7 +164,7 @@ def end_with_parent(on_exit: Callable[[], None] | None = None, every: float = 0.
 def lost_contact(error: BaseException) -> bool:
     """True if `error` says that this rank lost its peers (a timeout or a broken connection).
 
-    Shown in lesson 7."""
+    The training script that lesson 7 runs and `run_workers` ask it."""
     if isinstance(error, getattr(dist, "DistError", ())):  # DistBackendError, DistNetworkError
         return True
     text = str(error)
@@ -222,7 +223,7 @@ def worker_pids(agent_pid: int) -> dict[int, int]:
 def rank_device(rank: int | None = None) -> torch.device:
     """This rank's device: cuda:(rank mod GPUs) when the group uses NCCL, otherwise the CPU.
 
-    Shown in lessons 9-11.
+    Shown in lesson 10; the workers of lessons 11 and 12 use it too.
     """
     if dist.is_initialized() and dist.get_backend() == "nccl":
         rank = dist.get_rank() if rank is None else rank

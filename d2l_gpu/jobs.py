@@ -74,8 +74,9 @@ def run_job(
 ) -> Finished:
     """Run `cmd` to its end; with `when`, kill worker `kill_rank` once `when(output)` is true.
 
-    Shown in lesson 7. Raises TimeoutError, with the job's last output, if it runs past `timeout`
-    seconds (a limit for a job that hangs, never what decides a kill)."""
+    Used by `kill_worker` and `launch`, which lesson 7 shows. Raises TimeoutError, with the job's
+    last output, if it runs past `timeout` seconds (a limit for a job that hangs, never what
+    decides a kill)."""
     if (when is None) != (kill_rank is None):
         raise ValueError("run_job: give both kill_rank and when, or neither")
     if not timeout > 0:

@@ -1,9 +1,9 @@
 """Every model of the lessons, each defined once: LeNet (functional, as a module, as layers),
 ResNet-18 (with Residual blocks), an MLP and a small transformer.
 
-Shown in lessons 5 (lenet, lenet_params, LeNet), 6 (resnet18, resnet_block, Residual,
+Shown in lessons 5 (lenet, lenet_params, LeNet), 6 (resnet18, resnet_block,
 materialize, has_lazy, init_weights, init_every_layer), 7 (LeNet under DDP, lenet_blocks in the
-pipeline strategy) and 9 (mlp, lenet_sequential, TransformerBlock, transformer; lesson 10 too).
+pipeline strategy) and 10 (mlp, lenet_sequential, TransformerBlock, transformer; lesson 11 too).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Residual(nn.Module):
     `Residual(num_channels, use_1x1conv=False, strides=1)` is d2l 1.0's (lazy layers);
     `Residual(input_channels, num_channels, use_1x1conv=False, strides=1)` is 0.17's and the
     Chinese edition's (eager layers): two leading integers mean the 0.17 form, so
-    `Residual(3, 3)` maps 3 channels to 3 with an identity shortcut. Shown in lesson 6.
+    `Residual(3, 3)` maps 3 channels to 3 with an identity shortcut.
     """
 
     def __init__(self, *args, **kwargs):
@@ -199,7 +199,7 @@ class LeNet(nn.Module):
 
 
 def mlp(widths: list[int], seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
-    """Linear layers of the given widths with a ReLU between them, seeded (lessons 9 and 10)."""
+    """Linear layers of the given widths with a ReLU between them, seeded (lessons 10 and 11)."""
     if len(widths) < 2:
         raise ValueError(f"mlp needs at least an input and an output width, got {widths}")
     torch.manual_seed(seed)
@@ -226,7 +226,9 @@ def lenet_blocks(params: list[torch.Tensor]) -> nn.Sequential:
 
 
 def lenet_sequential(seed: int = 0, scale: float = 0.1) -> nn.Sequential:
-    """Lesson 5's LeNet as one flat nn.Sequential (same weights as `lenet_params(seed, scale)`)."""
+    """The LeNet of lesson 5 as one flat nn.Sequential, with the weights of `lenet_params`.
+
+    Shown in lesson 10, which cuts it into pipeline stages."""
     return nn.Sequential(
         *(layer for block in lenet_blocks(lenet_params(seed, scale)) for layer in block)
     )

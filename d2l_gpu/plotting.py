@@ -98,7 +98,7 @@ class Animator:
 
     In a notebook, redraws are throttled to one per `min_interval` seconds while a loop runs and
     the final state is drawn when the cell ends, so `show()` is optional (see d2l_gpu._live).
-    Shown in lessons 5 and 6.
+    Shown in lesson 5.
     """
 
     def __init__(

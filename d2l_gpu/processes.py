@@ -3,7 +3,7 @@
 POSIX and Windows differ exactly here. On Windows `os.kill(pid, 0)` is no existence check (signal
 0 is CTRL_C_EVENT there, and any other number terminates the process), a parent's death does not
 change `os.getppid()`, there are no process groups, and there is no `/proc` or `ps`. The lessons'
-job runner (lesson 7), `run_workers` (lessons 9-11) and the training script use these functions
+job runner of lesson 7, `run_workers` of lessons 10-12 and the training script use these functions
 instead of the POSIX calls.
 """
 
@@ -36,7 +36,7 @@ def _windows_alive(pid: int) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with id `pid` is running (another user's counts). Shown in lesson 7."""
+    """Whether a process with id `pid` is running (another user's counts)."""
     if WINDOWS:
         return _windows_alive(pid)
     try:

@@ -157,7 +157,7 @@ def amp_dtype(device) -> torch.dtype | None:
     """bf16 where the device computes in it, else fp16 (needs a GradScaler); None: no autocast.
 
     None, with a warning, where this PyTorch has no autocast for the device (DirectML; MPS before
-    PyTorch 2.5): training there stays in float32. Shown in lesson 6.
+    PyTorch 2.5): training there stays in float32. Shown in lesson 9.
     """
     kind = torch.device(device).type
     if not _autocast_available(kind):
@@ -218,7 +218,7 @@ def warmup_cosine(optimizer, total_steps: int, warmup_steps: int = 0, cosine: bo
 
 @dataclass(frozen=True)
 class Recipe:
-    """How `train_concise` trains (lesson 6): each field one option, all off by default."""
+    """How `train_concise` trains: each field one option, all off by default."""
 
     shape: tuple[int, ...] = (1, 1, 28, 28)  # one input's shape, to give lazy layers theirs
     channels_last: bool = False  # NHWC layout for convolutions

@@ -1,5 +1,5 @@
 """`run_workers`: k processes joined in one process group, started from a notebook or a test, with
-their results back in rank order. Shown in lessons 9-11.
+their results back in rank order. Shown in lessons 10-12.
 
 Each worker is a fresh interpreter (the 'spawn' start method, the only one on Windows and the
 default on macOS), so the function must be importable: defined in a module (the package, or a file
@@ -136,7 +136,7 @@ def run_workers(
 ) -> list:
     """Run `fn(rank, world_size, *args)` in `world_size` processes; return each rank's result.
 
-    Shown in lessons 9-11. The processes meet through a file in a private temporary folder, so
+    Shown in lessons 10-12. The processes meet through a file in a private temporary folder, so
     no network port is opened for the rendezvous.
     """
     _check_arguments(fn, world_size, backend, timeout, threads)

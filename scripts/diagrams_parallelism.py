@@ -1,4 +1,4 @@
-"""Draw the diagrams of lessons 9 and 10 (splitting a model, sharding its memory) into img/.
+"""Draw the diagrams of lessons 10 and 11 (splitting a model, sharding its memory) into img/.
 
     python scripts/diagrams_parallelism.py [OUTDIR]     # default: img/
 
@@ -44,7 +44,7 @@ def _layer_stack(x, y, w, names, colour, fill, split=None) -> list[str]:
 
 
 def three_splits() -> tuple[int, int, str, list[str]]:
-    """Lesson 9: by data, by layers, by channels: what each device holds and what it sends."""
+    """Lesson 10: by data, by layers, by channels: what each device holds and what it sends."""
     body = [
         text(
             20,
@@ -102,7 +102,7 @@ def three_splits() -> tuple[int, int, str, list[str]]:
 
 
 def combined() -> tuple[int, int, str, list[str]]:
-    """Lesson 10: 16 GPUs as 2 data-parallel replicas x 2 pipeline stages x 4 tensor shards."""
+    """Lesson 11: 16 GPUs as 2 data-parallel replicas x 2 pipeline stages x 4 tensor shards."""
     body = [
         text(
             20,
@@ -164,7 +164,7 @@ def combined() -> tuple[int, int, str, list[str]]:
 
 
 def zero_stages() -> tuple[int, int, str, list[str]]:
-    """Lesson 10: what each of 4 ranks keeps under data parallelism and ZeRO stages 1-3."""
+    """Lesson 11: what each of 4 ranks keeps under data parallelism and ZeRO stages 1-3."""
     body = [text(20, 30, "What each of 4 ranks keeps between steps", "title", anchor="start")]
     rows = [
         ("data parallel", 4, 4, 4),

@@ -1,4 +1,4 @@
-"""Draw lesson 11's diagrams (parameter servers, the ring, the hierarchy) into img/.
+"""Draw lesson 12's diagrams (parameter servers, the ring, the hierarchy) into img/.
 
     python scripts/diagrams_sync.py [OUTDIR]     # default: img/
 

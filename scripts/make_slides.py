@@ -24,6 +24,8 @@ import nbformat
 from nbconvert import SlidesExporter
 from traitlets.config import Config
 
+from d2l_gpu.processes import kill_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "slides"
 VENDOR = OUT / "vendor"
@@ -70,17 +72,22 @@ NPM_TIMEOUT = 300  # seconds for one `npm pack`: a registry that does not answer
 def npm_pack(spec: str, folder: str, npm: str = "npm", timeout: float = NPM_TIMEOUT) -> str:
     """`npm pack SPEC` into `folder`; the tarball's name, or SystemExit with npm's own words."""
     cmd = [npm, "pack", "--silent", spec, "--pack-destination", folder]
+    # a session of its own, so that a hanging npm is ended with every process it started
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        proc.communicate()
         sys.exit(
             f"make_slides: `npm pack {spec}` did not finish within {timeout:g} s; is the npm "
             "registry reachable? (npm config get registry)"
         )
-    said = (done.stderr or done.stdout).strip()
-    if done.returncode != 0:
-        sys.exit(f"make_slides: `npm pack {spec}` failed (exit {done.returncode}): {said[-600:]}")
-    lines = done.stdout.strip().splitlines()
+    said = (err or out).strip()
+    if proc.returncode != 0:
+        sys.exit(f"make_slides: `npm pack {spec}` failed (exit {proc.returncode}): {said[-600:]}")
+    lines = out.strip().splitlines()
     if not lines or not (Path(folder) / lines[-1]).is_file():
         sys.exit(
             f"make_slides: `npm pack {spec}` wrote no tarball; npm said: {said[-600:] or 'nothing'}"

@@ -1,4 +1,4 @@
-"""Two "machines" on one Linux computer: network namespaces joined by a slow link (lesson 11).
+"""Two "machines" on one Linux computer: network namespaces joined by a slow link (lesson 12).
 
     python scripts/netns_link.py --check              # can this computer do it? (exit 0: yes)
     python scripts/netns_link.py [--rate-mbit 100] [--delay-ms 1] [--size-kb 1024] [--out FILE]

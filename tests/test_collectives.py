@@ -1,4 +1,4 @@
-"""The from-scratch all-reduces of lesson 11 compute what dist.all_reduce computes.
+"""The from-scratch all-reduces of lesson 12 compute what dist.all_reduce computes.
 
 One group of 4 real processes checks every algorithm on the first 2, 3 and 4 ranks, for uneven
 sizes (fewer numbers than ranks, primes, a 2-d tensor), exactly for integers and to rounding for

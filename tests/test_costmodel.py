@@ -1,4 +1,4 @@
-"""The alpha-beta model of lesson 11: the fit, the formulas, a real measurement it predicts, and
+"""The alpha-beta model of lesson 12: the fit, the formulas, a real measurement it predicts, and
 the two-machine measurement over network namespaces (Linux and root only)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Lesson 9: splitting a model by layers (stages, pipelines) and by channels (tensor parallel),
+"""Lesson 10: splitting a model by layers (stages, pipelines) and by channels (tensor parallel),
 each proven equal to one device in float64 over several SGD steps; schedules and bubbles."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Lesson 10: where training memory goes, ZeRO stages 1-3 from scratch and FSDP2, each proven
+"""Lesson 11: where training memory goes, ZeRO stages 1-3 from scratch and FSDP2, each proven
 equal to Adam on one device in float64, with the bytes each rank holds checked exactly."""
 
 import math

@@ -1,4 +1,4 @@
-"""The book's own ways of doing things, kept to compare with (lesson 6's baseline pipeline)."""
+"""The book's own ways of doing things, kept to compare with (lesson 9's baseline pipeline)."""
 
 from __future__ import annotations
 

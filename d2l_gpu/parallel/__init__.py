@@ -2,17 +2,17 @@
 PyTorch's APIs:
 
 data_parallel.py   data parallelism from scratch (lesson 5)
-schedules.py       pipeline schedules, their simulation and execution over stages (lesson 9)
+schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (9)
-splitting.py       cutting a model into stages and what each split costs (lesson 9)
-tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 9)
-zero.py            ZeRO stages 1-3 from scratch (lesson 10)
-fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 10)
-memory.py          memory accounting: what each rank holds (lesson 10)
-footprint.py       memory and collectives measured while a worker trains (lessons 9, 10)
+splitting.py       cutting a model into stages and what each split costs (lesson 10)
+tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
+zero.py            ZeRO stages 1-3 from scratch (lesson 11)
+fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 11)
+memory.py          memory accounting: what each rank holds (lesson 11)
+footprint.py       memory and collectives measured while a worker trains (lessons 10, 11)
 workload.py        the one-device reference run the split models are compared with (9, 10)
-collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 11)
-costmodel.py       the alpha-beta cost model and its measurement (lesson 11)
+collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 12)
+costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
 
 New techniques (sequence, context or expert parallelism, device meshes) get a module here.
 Imports core and d2l_gpu.data only; importing this package imports nothing else.

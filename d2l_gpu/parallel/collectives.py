@@ -1,6 +1,6 @@
 """All-reduce from scratch with point-to-point messages: parameter servers, ring, hierarchy.
 
-Shown in lesson 11. Every rank of a process group (started, for example, by `run_workers`) calls
+Shown in lesson 12. Every rank of a process group (started, for example, by `run_workers`) calls
 the same function; it sums a tensor over the ranks in `ranks` (all ranks when None) in place,
 using only sends and receives between pairs of ranks. Every rank ends with the same bits, and with
 the sum `dist.all_reduce` computes (exactly for integers, to rounding for floats).
@@ -37,7 +37,7 @@ _REVERSE: dict = {}  # under gloo: the group whose connections carry messages to
 
 
 def open_reverse_links() -> None:
-    """Collective: messages to lower ranks get gloo connections of their own (lesson 11)."""
+    """Collective: messages to lower ranks get gloo connections of their own (lesson 12)."""
     # Gloo moves the two directions of one connection one after the other, so two ranks that
     # exchange data at once would get half their link each. A second group opens a second
     # connection between every pair of ranks: one carries messages up, the other down.
@@ -46,12 +46,12 @@ def open_reverse_links() -> None:
 
 
 def reverse_group() -> dist.ProcessGroup | None:
-    """The group of `open_reverse_links` for messages to lower ranks, or None (lesson 11)."""
+    """The group of `open_reverse_links` for messages to lower ranks, or None (lesson 12)."""
     return _REVERSE["group"] if _REVERSE.get("world") is dist.group.WORLD else None
 
 
 def exchange(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
-    """Post all sends and receives (tensor, global rank) at once, then wait (lesson 11)."""
+    """Post all sends and receives (tensor, global rank) at once, then wait (lesson 12)."""
     # Posting first matters: two ranks that each sent before receiving could wait forever.
     sends = [(t, peer) for t, peer in sends if t.numel() > 0]
     recvs = [(t, peer) for t, peer in recvs if t.numel() > 0]
@@ -69,7 +69,7 @@ def exchange(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tens
 
 
 def key_ranges(numel: int, num_servers: int) -> list[tuple[int, int]]:
-    """Keys 0..numel-1 as `num_servers` (start, stop) ranges of nearly equal size (lesson 11)."""
+    """Keys 0..numel-1 as `num_servers` (start, stop) ranges of nearly equal size (lesson 12)."""
     if num_servers < 1:
         raise ValueError(f"num_servers must be at least 1, got {num_servers}")
     bounds = [numel * s // num_servers for s in range(num_servers + 1)]
@@ -77,7 +77,7 @@ def key_ranges(numel: int, num_servers: int) -> list[tuple[int, int]]:
 
 
 def ps_push_pull(x: torch.Tensor, num_servers: int = 1, ranks: list[int] | None = None) -> None:
-    """Sum `x` over `ranks` through parameter servers: push key ranges, pull sums (lesson 11)."""
+    """Sum `x` over `ranks` through parameter servers: push key ranges, pull sums (lesson 12)."""
     # The first num_servers ranks also serve one key range each. One server is the naive
     # scheme of lesson 5 (all traffic on its link); k servers spread it over every rank's link.
     ranks, me = members(ranks)
@@ -100,7 +100,7 @@ def ps_push_pull(x: torch.Tensor, num_servers: int = 1, ranks: list[int] | None 
 
 
 def ring_all_reduce(x: torch.Tensor, ranks: list[int] | None = None) -> None:
-    """Sum `x` over `ranks` around a ring: reduce-scatter, then all-gather (lesson 11)."""
+    """Sum `x` over `ranks` around a ring: reduce-scatter, then all-gather (lesson 12)."""
     # In step t of the reduce-scatter, position i sends chunk i - t to its right neighbour and
     # adds the chunk i - t - 1 arriving from its left one; after k - 1 steps it holds the whole
     # sum of chunk i + 1, which the all-gather passes on. Each rank sends 2(k-1)/k of x.
@@ -122,7 +122,7 @@ def ring_all_reduce(x: torch.Tensor, ranks: list[int] | None = None) -> None:
 def hierarchical_all_reduce(
     x: torch.Tensor, local_size: int, ranks: list[int] | None = None
 ) -> None:
-    """Sum `x`: reduce inside each machine, ring across machines, broadcast inside (lesson 11)."""
+    """Sum `x`: reduce inside each machine, ring across machines, broadcast inside (lesson 12)."""
     # Consecutive blocks of local_size ranks form one machine, led by their first rank. Only
     # the leaders use the (slow) link between machines.
     ranks, me = members(ranks)
@@ -149,7 +149,7 @@ def hierarchical_all_reduce(
 
 _flat, _members = flat_view, members  # the names of earlier versions
 
-ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 11 compares
+ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 12 compares
     "all_reduce": lambda x, ranks, group: dist.all_reduce(x, group=group),
     "one server": lambda x, ranks, group: ps_push_pull(x, 1, ranks),
     "k servers": lambda x, ranks, group: ps_push_pull(x, len(ranks), ranks),
@@ -159,7 +159,7 @@ ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 11 co
 
 
 def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) -> list[tuple]:
-    """Rows (algorithm, k, ints equal, floats close, same bits) against all_reduce (lesson 11)."""
+    """Rows (algorithm, k, ints equal, floats close, same bits) against all_reduce (lesson 12)."""
     # Every algorithm on ranks 0..k-1 for k = 2 .. world_size, with integers and floats of
     # uneven sizes; the flags are combined over the ranks, so every rank returns the same rows.
     open_reverse_links()

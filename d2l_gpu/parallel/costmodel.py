@@ -1,6 +1,6 @@
 """The alpha-beta cost model of messages: measure it, fit it, predict collectives with it.
 
-Shown in lesson 11. A message of n bytes costs alpha + n / beta seconds: a fixed latency alpha
+Shown in lesson 12. A message of n bytes costs alpha + n / beta seconds: a fixed latency alpha
 (software, wake-ups, the wire's delay) plus the size over the bandwidth beta. The workers below
 run in every rank of a process group (see `run_workers`) and time real messages; the formulas
 predict the collectives of `collectives.py` from one fitted (alpha, beta) per link.
@@ -23,7 +23,7 @@ from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
 
 @dataclass(frozen=True)
 class AlphaBeta:
-    """One link: `alpha` seconds per message, `beta` bytes per second (lesson 11)."""
+    """One link: `alpha` seconds per message, `beta` bytes per second (lesson 12)."""
 
     alpha: float
     beta: float
@@ -39,7 +39,7 @@ class AlphaBeta:
 
 
 def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> AlphaBeta:
-    """Fit time = alpha + size / beta, in error relative to the fit itself (lesson 11)."""
+    """Fit time = alpha + size / beta, in error relative to the fit itself (lesson 12)."""
     if len(sizes) != len(times) or len(sizes) < 2:
         raise ValueError(f"need at least 2 (size, time) pairs, got {len(sizes)} and {len(times)}")
     n = torch.tensor(sizes, dtype=torch.float64)
@@ -56,26 +56,26 @@ def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> 
 
 
 def ps_time(link: AlphaBeta, nbytes: float, k: int, num_servers: int = 1) -> float:
-    """Seconds of `ps_push_pull` over k ranks: a server's k-1 slices in, k-1 out (lesson 11)."""
+    """Seconds of `ps_push_pull` over k ranks: a server's k-1 slices in, k-1 out (lesson 12)."""
     # All servers work at once. A dedicated server (the book's CPU) makes k + 1 ranks.
     return 2 * (k - 1) * link.time(nbytes / num_servers)
 
 
 def ring_time(link: AlphaBeta, nbytes: float, k: int) -> float:
-    """Seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k (lesson 11)."""
+    """Seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k (lesson 12)."""
     return 0.0 if k == 1 else 2 * (k - 1) * link.time(nbytes / k)
 
 
 def hierarchical_time(
     inside: AlphaBeta, between: AlphaBeta, nbytes: float, machines: int, local_size: int
 ) -> float:
-    """Seconds of `hierarchical_all_reduce`: reduce in, ring across, broadcast in (lesson 11)."""
+    """Seconds of `hierarchical_all_reduce`: reduce in, ring across, broadcast in (lesson 12)."""
     local = (local_size - 1) * inside.time(nbytes)  # the leader receives, later sends, one by one
     return 2 * local + ring_time(between, nbytes, machines)
 
 
 def pipeline_time(compute: list[float], comm: list[float]) -> float:
-    """Seconds until the last message ends; message i starts after compute i (lesson 11)."""
+    """Seconds until the last message ends; message i starts after compute i (lesson 12)."""
     # Compute runs back to back; messages go one at a time, in order.
     ready = done = 0.0
     for c, m in zip(compute, comm, strict=True):
@@ -99,7 +99,7 @@ _sync = sync_device  # the name of earlier versions
 def time_ops(
     ops: dict, rounds: int = 5, warmup: int = 1, group=None, device=None
 ) -> dict[object, float]:
-    """Median over `rounds` of the slowest rank's seconds for each op (lesson 11)."""
+    """Median over `rounds` of the slowest rank's seconds for each op (lesson 12)."""
     # Every member of `group` calls it with the same ops. The ops take turns within each round
     # (interleaved), so a change in the machine's load hits all of them alike; a barrier before
     # each op starts the ranks together, and an op is done when its slowest rank is.
@@ -122,7 +122,7 @@ def time_ops(
 def pingpong_worker(
     rank: int, world_size: int, sizes: list[int], rounds: int = 5, pair: tuple = (0, 1)
 ) -> dict:
-    """Seconds of one message per size between the ranks of `pair`: half a ping-pong (lesson 11)."""
+    """Seconds of one message per size between the ranks of `pair`: half a ping-pong (lesson 12)."""
     # Every rank calls it; the ranks outside `pair` only wait at the barriers.
     device = rank_device(rank)
     first, second = pair
@@ -157,7 +157,7 @@ def _step(fn, x: torch.Tensor, ranks: list[int], group, compute_s: float):
 
 
 def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: int = 5) -> dict:
-    """{case: seconds} of cases (algorithm, k, nbytes[, compute_s]) on ranks 0..k-1 (lesson 11)."""
+    """{case: seconds} of cases (algorithm, k, nbytes[, compute_s]) on ranks 0..k-1 (lesson 12)."""
     # The algorithm is a name of ALGORITHMS. With compute_s > 0 a case is a training step: a sleep
     # standing in for a device computing the gradients, then the all-reduce.
     device, out = rank_device(rank), {}
@@ -197,7 +197,7 @@ def overlap_worker(
     bucket_bytes: int,
     rounds: int = 5,
 ) -> dict:
-    """Seconds of a backward pass and its gradients' all-reduces, 3 schedules (lesson 11)."""
+    """Seconds of a backward pass and its gradients' all-reduces, 3 schedules (lesson 12)."""
     # Layer i's backward is a sleep of compute_s[i] (a device computing while the CPU is free),
     # last layer first. 'after backward' reduces each layer's gradient once all are computed;
     # 'per layer' lets a second thread reduce each one as soon as it is ready; 'buckets' does the

@@ -1,7 +1,7 @@
 """What a rank holds and sends: its device, the bytes it keeps and allocates (measured), the
 collectives it calls, and its step time.
 
-Shown in lessons 9 and 10. Held bytes are read from the tensors a rank keeps. Peak bytes come
+Shown in lessons 10 and 11. Held bytes are read from the tensors a rank keeps. Peak bytes come
 from CUDA's allocator statistics on a GPU, and on a CPU (whose allocator keeps no statistics)
 from `torch.profiler`'s record of every allocation and free. That record misses frees made by
 other threads (gloo's), so it can only overstate a peak; `train_measured` takes the smallest of

@@ -1,7 +1,7 @@
 """PyTorch's fully sharded data parallelism, `fully_shard` (FSDP2, ZeRO stage 3), measured the
-same way as lesson 10's ZeRO from scratch, optionally with activation checkpointing.
+same way as lesson 11's ZeRO from scratch, optionally with activation checkpointing.
 
-Shown in lesson 10. Every rank trains the same seeded MLP with Adam on its part of each batch.
+Shown in lesson 11. Every rank trains the same seeded MLP with Adam on its part of each batch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a model's training memory goes (parameters, gradients, optimizer state, activations),
 what each rank keeps under data parallelism and ZeRO, and activation checkpointing.
 
-Shown in lesson 10. The counts work on PyTorch's `meta` device too, so a model of any size can
+Shown in lesson 11. The counts work on PyTorch's `meta` device too, so a model of any size can
 be counted without memory or arithmetic.
 """
 

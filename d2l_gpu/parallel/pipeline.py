@@ -1,7 +1,7 @@
 """Pipelines in real processes, one stage per rank: the schedules of `schedules` run with
 send/recv (from scratch), and the same with `torch.distributed.pipelining`.
 
-Shown in lesson 9. Start the workers with `run_workers(worker, k, ...)`; every rank builds the
+Shown in lesson 10. Start the workers with `run_workers(worker, k, ...)`; every rank builds the
 same seeded model, keeps its own stage, and returns that stage's parameters after training.
 """
 

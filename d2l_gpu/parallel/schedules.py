@@ -2,7 +2,7 @@
 activations sent forward and gradients back, the GPipe and 1F1B schedules, their timelines and
 bubble fraction.
 
-Shown in lesson 9. `pipeline.py` runs the same schedules in real processes.
+Shown in lesson 10. `pipeline.py` runs the same schedules in real processes.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _ready(kind: str, s: int, i: int, done: set, p: int) -> bool:
 def walk_schedule(schedule: list[list[Action]]):
     """Yield (stage, kind, micro-batch) in the order the actions of `schedule` can run: the stages
     are swept in turn, each running its next action once what it needs is done. The one walker
-    of the simulator and the executor (lesson 9); raises RuntimeError on a schedule that
+    of the simulator and the executor that lesson 10 runs; raises RuntimeError on a schedule that
     deadlocks."""
     p = len(schedule)
     pos, done = [0] * p, set()

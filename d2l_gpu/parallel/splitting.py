@@ -1,7 +1,7 @@
 """Three ways to split a network over k devices (by data, by layers, by channels) and what each
 costs, counted unit by unit; the models the lessons split live in d2l_gpu.models.
 
-Shown in lesson 9.
+Shown in lesson 10.
 """
 
 from __future__ import annotations

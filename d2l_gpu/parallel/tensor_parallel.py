@@ -2,7 +2,7 @@
 (output features) and by rows (input features), the Megatron MLP pair with one all-reduce, a
 convolution split by output channels; then the same with PyTorch's `parallelize_module`.
 
-Shown in lesson 9. Every rank holds a slice of each split layer's weights; the collectives are
+Shown in lesson 10. Every rank holds a slice of each split layer's weights; the collectives are
 autograd functions, so backward sends exactly what the chain rule needs.
 """
 

@@ -1,4 +1,4 @@
-"""The reference run the split models of lessons 9 and 10 are compared with: one device, full
+"""The reference run the split models of lessons 10 and 11 are compared with: one device, full
 batches, the lessons' optimizers."""
 
 from __future__ import annotations

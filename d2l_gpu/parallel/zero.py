@@ -2,7 +2,7 @@
 (stage 2) and parameters (stage 3) are cut into one shard per rank, with reduce-scatter and
 all-gather; Adam written out so that every byte it keeps is visible.
 
-Shown in lesson 10. `zero_worker` trains an MLP with a given stage and returns the trained
+Shown in lesson 11. `zero_worker` trains an MLP with a given stage and returns the trained
 parameters, the bytes each rank held and peaked at (measured), and the collectives of one step.
 """
 

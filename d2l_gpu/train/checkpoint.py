@@ -73,9 +73,7 @@ def save_atomic(obj, path) -> Path:
 
 
 def check_output(path, flag: str) -> None:
-    """Raise CheckpointError unless a file can be written at `path` (given as `flag`).
-
-    Shown in lesson 7."""
+    """Raise CheckpointError unless a file can be written at `path` (given as `flag`)."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(
@@ -96,9 +94,7 @@ def check_output(path, flag: str) -> None:
 
 
 def load_checkpoint(path, map_location="cpu") -> dict | None:
-    """Return the checkpoint dictionary at `path`, or None when there is no file there.
-
-    Shown in lesson 7."""
+    """Return the checkpoint dictionary at `path`, or None when there is no file there."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(
@@ -135,7 +131,7 @@ def check_checkpoint(
 
     Every setting in `settings` must equal the checkpoint's, except those in `may_change`,
     which are listed in the notes. The world size may change too (an elastic job re-formed with
-    more or fewer ranks): the global batches do not depend on it. Shown in lesson 7."""
+    more or fewer ranks): the global batches do not depend on it."""
     old = ckpt.get("settings", {})
     differ = [k for k in settings if k not in may_change and old.get(k) != settings[k]]
     if differ:
@@ -157,9 +153,7 @@ def check_checkpoint(
 
 
 def get_rng_state(device: torch.device) -> dict:
-    """This process's random number generator states (Python, torch CPU and the CUDA device).
-
-    Shown in lesson 7."""
+    """This process's random number generator states (Python, torch CPU and the CUDA device)."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
@@ -167,7 +161,7 @@ def get_rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
-    """Restore states returned by get_rng_state. Shown in lesson 7."""
+    """Restore states returned by get_rng_state."""
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
@@ -177,7 +171,7 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 def resume(cfg: TrainConfig, net, where: Placement) -> dict | None:
     """The checkpoint of job `cfg` for `net` on every rank (`where`: this one), or None.
 
-    Shown in lesson 7. Rank 0 checks that the outputs can be written, reads the checkpoint,
+    Rank 0 checks that the outputs can be written, reads the checkpoint,
     checks its settings, tensors and states, and broadcasts the outcome: every rank gets the
     checkpoint, or every rank raises the same CheckpointError (none waits forever)."""
     payload, world = [None], where.world
@@ -238,7 +232,7 @@ def write_failure(path, ckpt: dict, error: BaseException) -> str:
 def save_checkpoint(strategy, epoch: int) -> None:
     """Gather the full states and every rank's RNG state; rank 0 writes them atomically to the
     job's --checkpoint; all ranks wait until it is on disk, or all raise CheckpointError if it
-    could not be written (the previous checkpoint is kept). Shown in lesson 7."""
+    could not be written (the previous checkpoint is kept)."""
     cfg, rank, world = strategy.cfg, strategy.rank, strategy.world
     rng = [None] * world
     dist.all_gather_object(rng, get_rng_state(strategy.device))

@@ -16,7 +16,7 @@ class CheckpointError(ValueError):
 
 def check_archive(path: Path, advice: str) -> None:
     """Raise CheckpointError unless every part of the archive torch.save wrote has its checksum
-    (torch.load alone reads a damaged file without noticing). Shown in lesson 7."""
+    (torch.load alone reads a damaged file without noticing)."""
     try:
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
@@ -63,9 +63,7 @@ def check_fields(ckpt: dict, path) -> None:
 
 
 def check_state_fits(state, reference: dict, path, what: str = "model") -> None:
-    """Raise CheckpointError unless `state` has the keys, shapes and dtypes of `reference`.
-
-    Shown in lesson 7."""
+    """Raise CheckpointError unless `state` has the keys, shapes and dtypes of `reference`."""
     where = f"checkpoint {str(path)!r}"
     if not isinstance(state, dict):
         raise CheckpointError(f"{where} holds no {what} state (found {type(state).__name__})")
@@ -90,9 +88,7 @@ def check_state_fits(state, reference: dict, path, what: str = "model") -> None:
 
 
 def check_optimizer_state(state, param_names, path) -> None:
-    """Raise CheckpointError unless `state` is an optimizer state over exactly `param_names`.
-
-    Shown in lesson 7."""
+    """Raise CheckpointError unless `state` is an optimizer state over exactly `param_names`."""
     try:
         named = [n for g in state["param_groups"] for n in g["params"]]
         ok = sorted(named) == sorted(param_names) and isinstance(state["state"], dict)
@@ -108,9 +104,7 @@ def check_optimizer_state(state, param_names, path) -> None:
 
 
 def check_rng_states(states, world_size: int, path) -> None:
-    """Raise CheckpointError unless `states` holds one get_rng_state result per rank.
-
-    Shown in lesson 7."""
+    """Raise CheckpointError unless `states` holds one get_rng_state result per rank."""
     if not isinstance(states, list) or len(states) != world_size:
         raise CheckpointError(
             f"checkpoint {str(path)!r} holds no random-number state per rank; it is damaged: "

@@ -109,7 +109,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one process of a job runs: its rank, the world size and its device (lesson 7)."""
+    """Where one process of a job runs: its rank, the world size and its device."""
 
     rank: int
     world: int
@@ -145,9 +145,7 @@ def _argument(f) -> dict:
 
 
 def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
-    """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input).
-
-    Shown in lesson 7."""
+    """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input)."""
     p = argparse.ArgumentParser(
         prog=prog, description="Train on Fashion-MNIST on one process or many (under torchrun)."
     )

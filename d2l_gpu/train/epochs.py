@@ -26,9 +26,7 @@ def shard_indices(
 
 
 def check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
-    """Raise TrainError unless the global batch splits evenly and every rank gets examples.
-
-    Shown in lesson 7."""
+    """Raise TrainError unless the global batch splits evenly and every rank gets examples."""
     if world_size > num_examples:
         raise TrainError(
             f"{world_size} ranks but only {num_examples} training examples: every rank needs "
@@ -56,7 +54,7 @@ def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, dtype: torch.dty
 
 def train_epoch(strategy: Strategy, X, y, epoch: int) -> torch.Tensor:
     """One epoch of SGD steps of the strategy's job; [loss sum, correct, count] on this rank (not
-    yet summed over ranks). Shown in lesson 7."""
+    yet summed over ranks)."""
     cfg, rank = strategy.cfg, strategy.rank
     metric = torch.zeros(3, dtype=torch.float64, device=X.device)
     shard_rank, shard_world = (rank, strategy.world) if strategy.splits_data else (0, 1)
@@ -78,7 +76,7 @@ def train_epoch(strategy: Strategy, X, y, epoch: int) -> torch.Tensor:
 
 def evaluate(strategy: Strategy, X, y) -> torch.Tensor:
     """[correct, count] of this rank's part of the test set (not yet summed over ranks); every
-    rank calls it. Shown in lesson 7."""
+    rank calls it."""
     metric = torch.zeros(2, dtype=torch.float64, device=X.device)
     with torch.no_grad():
         strategy.net.eval()

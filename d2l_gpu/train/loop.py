@@ -127,9 +127,7 @@ def _run(cfg: TrainConfig, data, where: Placement, backend: str) -> None:
 
 
 def train(cfg: TrainConfig) -> None:
-    """Run the job `cfg` on this rank: check it, join the group, train, always leave the group.
-
-    Shown in lesson 7."""
+    """Run the job `cfg` on this rank: check it, join the group, train, always leave the group."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
@@ -159,7 +157,7 @@ def train(cfg: TrainConfig) -> None:
 
 
 def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
-    """Command-line entry point; returns the exit status (see d2l_gpu.stopping). Shown in lesson 7.
+    """Command-line entry point; returns the exit status (see d2l_gpu.stopping).
 
     0: done; 1: lost contact with the other ranks (torchrun may restart); 2: a job that cannot
     run as asked (bad flags, data or checkpoint, a full disk), said in a sentence: final, no

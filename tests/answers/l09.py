@@ -1,99 +1,84 @@
-"""Lesson 9's exercise checks, each fed a right and a plausible wrong answer."""
+"""Lesson 9's exercise checks (making one GPU fast), each fed a right and a plausible wrong one."""
 
 from answers import Answer, Case
 
-NOTEBOOK = "09-model-parallel.ipynb"
-SETUP = ("from d2l_gpu.distributed import pick_backend", "returned = []  # what a function")
-NAMES = 'meta, f64 = torch.device("meta"), torch.float64\n'
-TODO = "    return ...  # TODO"
-# the check needs no ResNet: counting its layers would take seconds
-RESNET = ("d2l.materialize(d2l.resnet18())", "d2l.lenet_sequential()")
-SHARE = """    stages = [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
-    return max(stages){}
+NOTEBOOK = "09-speed-one-gpu.ipynb"
+SETUP = ("from d2l_gpu import amp_dtype",)  # imports, the device and the lesson's sizes
+
+STEP_SECONDS = """
+step_seconds = {{8: (0.0912, 0.0874), 64: (0.571, 0.566)}}
+item_cost = {{b: {ratio} for b, (t_with, t_without) in step_seconds.items()}}
 """
-GRADIENT = """torch.manual_seed(2)
-X4 = torch.randn(6, 8, dtype=f64, requires_grad=True)
-W = torch.randn(12, 8, dtype=f64)
-target = torch.randn(6, 12, dtype=f64)
-((X4 @ W.T - target) ** 2).sum().backward()
-dY = 2 * (X4.detach() @ W.T - target)
-grad_parts = [dY_r @ W_r for dY_r, W_r in zip(dY.chunk(3, 1), W.chunk(3, 0), strict=True)]
+
+COPIES = """
+sides = [256, 512, 1024, 2048]
+copy_times = {{
+    "contiguous": [1.0e-5, 3.2e-5, 1.1e-4, 5.0e-4],
+    "transposed": [4.0e-5, 1.6e-4, 8.0e-4, 4.4e-3],
+}}
+gbps = {{way: [{nbytes} / t / 1e9 for s, t in zip(sides, ts)] for way, ts in copy_times.items()}}
 """
-MLP = """torch.manual_seed(1)
-X3 = torch.randn(5, 8, dtype=f64)
-W1 = torch.randn(16, 8, dtype=f64)
-W2 = torch.randn(3, 16, dtype=f64)
-Y3 = F.relu(X3 @ W1.T) @ W2.T
+
+LOOP = """
+torch.manual_seed(0)
+small = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+opt = torch.optim.SGD(small.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+scales, stepped = [], []
+for _ in range(40):
+    opt.zero_grad()
+    before = small[1].weight.detach().clone()
+    with torch.autocast("cpu", dtype=torch.float16):
+        l = nn.functional.cross_entropy(small(X_small), y_small)
+    scaler.scale(l).backward()
+    scaler.step(opt)
+    scaler.update()
+    scales.append(scaler.get_scale())
+    stepped.append({changed})
 """
-MEGATRON = "zip(W1.chunk(4, 0), W2.chunk(4, 1), strict=True)"
-BY_COLUMNS = "zip(X3.chunk(4, 1), W1.chunk(4, 1), strict=True)"
-PARTIALS = "partials = (\n    ...\n)"
-HIDDEN = "hidden_parts = ..."
-HIDDEN_RIGHT = f"hidden_parts = [x @ w.T for x, w in {BY_COLUMNS}]"
-HIDDEN_WRONG = f"hidden_parts = [F.relu(x @ w.T) for x, w in {BY_COLUMNS}]"
-PARTS = "grad_parts = ..."
-ZIP_PARTS = "zip(dY.chunk(3, 1), W.chunk(3, 0), strict=True)"
-PARTS_RIGHT = f"grad_parts = [d @ w for d, w in {ZIP_PARTS}]"
-PARTS_WRONG = f"grad_parts = [d @ w / 3 for d, w in {ZIP_PARTS}]"
-NORM = "torch.linalg.norm"
 
 CASES = [
     Case(
-        cell="def busiest_share(",
-        context=SETUP,
-        right=Answer(code=NAMES, replace=(RESNET, (TODO, SHARE.format(" / sum(costs)")))),
-        wrong=Answer(code=NAMES, replace=(RESNET, (TODO, SHARE.format("")))),
-        why="the busiest stage's cost, not its share",
-    ),
-    Case(
-        cell="m_10 = ...",
-        context=SETUP,
-        right=Answer(replace=(("m_10 = ...", "m_10 = 28"),)),
-        wrong=Answer(replace=(("m_10 = ...", "m_10 = 27"),)),
-        why="m > 27 solved as m = 27",
-    ),
-    Case(
-        cell=PARTIALS,
+        cell="the FLOPs of one training image of each model",
         context=SETUP,
         right=Answer(
-            code=NAMES,
-            replace=((PARTIALS, f"partials = [F.relu(X3 @ a.T) @ b.T for a, b in {MEGATRON}]"),),
+            code='gflops = {("resnet18", 28): 2.734, ("resnet18_imagenet_stem", 96): 1.897}'
         ),
         wrong=Answer(
-            code=NAMES, replace=((PARTIALS, f"partials = [X3 @ a.T @ b.T for a, b in {MEGATRON}]"),)
+            code='gflops = {("resnet18", 28): 5.468, ("resnet18_imagenet_stem", 96): 3.795}'
         ),
-        why="the ReLU left out of each rank's part",
+        why="a batch of two counted, not divided by two",
     ),
     Case(
-        cell=HIDDEN,
+        cell="each ratio is the step time with .item()",
         context=SETUP,
-        right=Answer(code=NAMES + MLP, replace=((HIDDEN, HIDDEN_RIGHT),)),
-        wrong=Answer(code=NAMES + MLP, replace=((HIDDEN, HIDDEN_WRONG),)),
-        why="each rank applies the ReLU to its partial sum",
+        right=Answer(code=STEP_SECONDS.format(ratio="t_with / t_without")),
+        wrong=Answer(code=STEP_SECONDS.format(ratio="t_without / t_with")),
+        why="the ratio upside down",
     ),
     Case(
-        cell=PARTS,
+        cell="each GB/s is the bytes read and written",
         context=SETUP,
-        right=Answer(code=NAMES, replace=((PARTS, PARTS_RIGHT),)),
-        wrong=Answer(code=NAMES, replace=((PARTS, PARTS_WRONG),)),
-        why="the parts averaged over the ranks, not summed",
+        right=Answer(code=COPIES.format(nbytes="2 * s * s * 4")),
+        wrong=Answer(code=COPIES.format(nbytes="s * s * 4")),
+        why="bytes read counted, bytes written forgotten",
     ),
     Case(
-        cell="own_error = ...",
+        cell="the scale halved exactly on the skipped steps",
+        context=(*SETUP, "init_scale=2.0**40"),
+        right=Answer(code=LOOP.format(changed="not torch.equal(before, small[1].weight)")),
+        wrong=Answer(code=LOOP.format(changed="True")),
+        why="every step assumed to update the weights",
+    ),
+    Case(
+        cell="the first block, which compiles",
         context=SETUP,
         right=Answer(
-            code=NAMES + GRADIENT,
-            replace=(
-                (
-                    "own_error = ...",
-                    f"own_error = {NORM}(grad_parts[0] - X4.grad) / {NORM}(X4.grad)",
-                ),
-            ),
+            code='batches = [None, None]\ncompile_result = {"first block": 48.3, "step": 0.21}'
         ),
         wrong=Answer(
-            code=NAMES + GRADIENT,
-            replace=(("own_error = ...", f"own_error = {NORM}(grad_parts[0]) / {NORM}(X4.grad)"),),
+            code='batches = [None, None]\ncompile_result = {"first block": 0.43, "step": 0.21}'
         ),
-        why="the size of rank 0's part, not its error",
+        why="the first block timed after a warm-up, compilation excluded",
     ),
 ]

@@ -2,39 +2,98 @@
 
 from answers import Answer, Case
 
-NOTEBOOK = "10-sharding.ipynb"
-SETUP = ("MiB, GiB = 2**20, 2**30", "returned = []  # what a function")
+NOTEBOOK = "10-model-parallel.ipynb"
+SETUP = ("from d2l_gpu.distributed import pick_backend", "returned = []  # what a function")
+NAMES = 'meta, f64 = torch.device("meta"), torch.float64\n'
 TODO = "    return ...  # TODO"
-GPUS = """    for k in (2**i for i in range(11)):
-        if sum(d2l.bytes_per_rank(breakdown, k, {stage}).values()) <= memory:
-            return k
-    return None
+# the check needs no ResNet: counting its layers would take seconds
+RESNET = ("d2l.materialize(d2l.resnet18())", "d2l.lenet_sequential()")
+SHARE = """    stages = [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return max(stages){}
 """
-SENT = """    part = (k - 1) / k * P
-    return {{0: 2 * part, 1: 2 * part, 2: 2 * part, 3: {stage3} * part}}[stage]
+GRADIENT = """torch.manual_seed(2)
+X4 = torch.randn(6, 8, dtype=f64, requires_grad=True)
+W = torch.randn(12, 8, dtype=f64)
+target = torch.randn(6, 12, dtype=f64)
+((X4 @ W.T - target) ** 2).sum().backward()
+dY = 2 * (X4.detach() @ W.T - target)
+grad_parts = [dY_r @ W_r for dY_r, W_r in zip(dY.chunk(3, 1), W.chunk(3, 0), strict=True)]
 """
-KEPT = "kept_by_every[every] = ..."
+MLP = """torch.manual_seed(1)
+X3 = torch.randn(5, 8, dtype=f64)
+W1 = torch.randn(16, 8, dtype=f64)
+W2 = torch.randn(3, 16, dtype=f64)
+Y3 = F.relu(X3 @ W1.T) @ W2.T
+"""
+MEGATRON = "zip(W1.chunk(4, 0), W2.chunk(4, 1), strict=True)"
+BY_COLUMNS = "zip(X3.chunk(4, 1), W1.chunk(4, 1), strict=True)"
+PARTIALS = "partials = (\n    ...\n)"
+HIDDEN = "hidden_parts = ..."
+HIDDEN_RIGHT = f"hidden_parts = [x @ w.T for x, w in {BY_COLUMNS}]"
+HIDDEN_WRONG = f"hidden_parts = [F.relu(x @ w.T) for x, w in {BY_COLUMNS}]"
+PARTS = "grad_parts = ..."
+ZIP_PARTS = "zip(dY.chunk(3, 1), W.chunk(3, 0), strict=True)"
+PARTS_RIGHT = f"grad_parts = [d @ w for d, w in {ZIP_PARTS}]"
+PARTS_WRONG = f"grad_parts = [d @ w / 3 for d, w in {ZIP_PARTS}]"
+NORM = "torch.linalg.norm"
 
 CASES = [
     Case(
-        cell="def gpus_needed(",
+        cell="def busiest_share(",
         context=SETUP,
-        right=Answer(replace=((TODO, GPUS.format(stage="stage")),)),
-        wrong=Answer(replace=((TODO, GPUS.format(stage=3)),)),
-        why="every stage counted as ZeRO-3",
+        right=Answer(code=NAMES, replace=(RESNET, (TODO, SHARE.format(" / sum(costs)")))),
+        wrong=Answer(code=NAMES, replace=(RESNET, (TODO, SHARE.format("")))),
+        why="the busiest stage's cost, not its share",
     ),
     Case(
-        cell="def bytes_sent(",
+        cell="m_10 = ...",
         context=SETUP,
-        right=Answer(replace=((TODO, SENT.format(stage3=3)),)),
-        wrong=Answer(replace=((TODO, SENT.format(stage3=2)),)),
-        why="stage 3 counted like an all-reduce, one gather short",
+        right=Answer(replace=(("m_10 = ...", "m_10 = 28"),)),
+        wrong=Answer(replace=(("m_10 = ...", "m_10 = 27"),)),
+        why="m > 27 solved as m = 27",
     ),
     Case(
-        cell=KEPT,
+        cell=PARTIALS,
         context=SETUP,
-        right=Answer(replace=((KEPT, "kept_by_every[every] = {1: 3.0, 2: 1.5, 3: 1.0}[every]"),)),
-        wrong=Answer(replace=((KEPT, "kept_by_every[every] = 33.1  # the plain net each time"),)),
-        why="the plain net counted each time",
+        right=Answer(
+            code=NAMES,
+            replace=((PARTIALS, f"partials = [F.relu(X3 @ a.T) @ b.T for a, b in {MEGATRON}]"),),
+        ),
+        wrong=Answer(
+            code=NAMES, replace=((PARTIALS, f"partials = [X3 @ a.T @ b.T for a, b in {MEGATRON}]"),)
+        ),
+        why="the ReLU left out of each rank's part",
+    ),
+    Case(
+        cell=HIDDEN,
+        context=SETUP,
+        right=Answer(code=NAMES + MLP, replace=((HIDDEN, HIDDEN_RIGHT),)),
+        wrong=Answer(code=NAMES + MLP, replace=((HIDDEN, HIDDEN_WRONG),)),
+        why="each rank applies the ReLU to its partial sum",
+    ),
+    Case(
+        cell=PARTS,
+        context=SETUP,
+        right=Answer(code=NAMES, replace=((PARTS, PARTS_RIGHT),)),
+        wrong=Answer(code=NAMES, replace=((PARTS, PARTS_WRONG),)),
+        why="the parts averaged over the ranks, not summed",
+    ),
+    Case(
+        cell="own_error = ...",
+        context=SETUP,
+        right=Answer(
+            code=NAMES + GRADIENT,
+            replace=(
+                (
+                    "own_error = ...",
+                    f"own_error = {NORM}(grad_parts[0] - X4.grad) / {NORM}(X4.grad)",
+                ),
+            ),
+        ),
+        wrong=Answer(
+            code=NAMES + GRADIENT,
+            replace=(("own_error = ...", f"own_error = {NORM}(grad_parts[0]) / {NORM}(X4.grad)"),),
+        ),
+        why="the size of rank 0's part, not its error",
     ),
 ]

@@ -2,91 +2,39 @@
 
 from answers import Answer, Case
 
-NOTEBOOK = "11-synchronisation.ipynb"
-SETUP = ("course = Path(d2l.__file__)", "returned = []  # what a function")
-MEASURED_LINKS = """
-hier = json.loads((course / "benchmarks" / "netns_hierarchy.json").read_text())
-inside_link, between_link = AlphaBeta(*hier["inside_model"]), AlphaBeta(*hier["between_model"])
+NOTEBOOK = "11-sharding.ipynb"
+SETUP = ("MiB, GiB = 2**20, 2**30", "returned = []  # what a function")
+TODO = "    return ...  # TODO"
+GPUS = """    for k in (2**i for i in range(11)):
+        if sum(d2l.bytes_per_rank(breakdown, k, {stage}).values()) <= memory:
+            return k
+    return None
 """
-BUCKETS = """    sends, size = [0.0] * len(layer_bytes2), 0
-    for i, n in enumerate(layer_bytes2):
-        size += n
-        if size >= bucket_bytes or i == len(layer_bytes2) - 1:
-            sends[i], size = costmodel.{send}, 0
-    return costmodel.pipeline_time(compute2, sends)
+SENT = """    part = (k - 1) / k * P
+    return {{0: 2 * part, 1: 2 * part, 2: 2 * part, 3: {stage3} * part}}[stage]
 """
-SPEED_UP = """    between = AlphaBeta(between_link.alpha, beta_between)
-    flat = costmodel.ring_time(between, 2**20, {k})
-    return flat / costmodel.hierarchical_time(inside_link, between, 2**20, 2, 2)  #"""
-BISECT = """low, high = 1e6, 1e12
-for _ in range(100):
-    mid = (low * high) ** 0.5
-    low, high = (mid, high) if speed_up(mid) > 1 else (low, mid)
-tie = low"""
-TODO = "    return ...  # TODO"  # the rest of the line stays, as a comment
-
-
-def server_answers(cpu_ms: str) -> Answer:
-    return Answer(
-        replace=(
-            ("gpu0_ms = ...", "gpu0_ms = 175.0"),
-            ("cpu_ms = ...", f"cpu_ms = {cpu_ms}"),
-            ("ranges_ms = ...", "ranges_ms = 21.875"),
-            ("tensors_ms = ...", "tensors_ms = 63.875"),
-        )
-    )
-
+KEPT = "kept_by_every[every] = ..."
 
 CASES = [
     Case(
-        cell="gpu0_ms = ...",
+        cell="def gpus_needed(",
         context=SETUP,
-        right=server_answers("200.0"),
-        wrong=server_answers("175.0"),
-        why="the CPU counted as one of the 8 GPUs",
+        right=Answer(replace=((TODO, GPUS.format(stage="stage")),)),
+        wrong=Answer(replace=((TODO, GPUS.format(stage=3)),)),
+        why="every stage counted as ZeRO-3",
     ),
     Case(
-        cell="best_bucket = ...",
+        cell="def bytes_sent(",
         context=SETUP,
-        right=Answer(
-            replace=(
-                ("    return ...\n", BUCKETS.format(send="ring_time(link, size, 2)")),
-                ("best_bucket = ...", "best_bucket = 2**18"),
-            )
-        ),
-        wrong=Answer(
-            replace=(
-                ("    return ...\n", BUCKETS.format(send="link.time(size)")),
-                ("best_bucket = ...", "best_bucket = 2**18"),
-            )
-        ),
-        why="one message per bucket, not a two-rank ring",
+        right=Answer(replace=((TODO, SENT.format(stage3=3)),)),
+        wrong=Answer(replace=((TODO, SENT.format(stage3=2)),)),
+        why="stage 3 counted like an all-reduce, one gather short",
     ),
     Case(
-        cell="tie = ...",
+        cell=KEPT,
         context=SETUP,
-        right=Answer(
-            code=MEASURED_LINKS,
-            replace=((TODO, SPEED_UP.format(k=4)), ("tie = ...", BISECT)),
-        ),
-        wrong=Answer(
-            code=MEASURED_LINKS,
-            replace=((TODO, SPEED_UP.format(k=2)), ("tie = ...", BISECT)),
-        ),
-        why="the flat ring over 2 machines, not 4 ranks",
-    ),
-    Case(
-        cell="servers_needed = ...",
-        context=SETUP,
-        right=Answer(replace=(("servers_needed = ...", "servers_needed = 13"),)),
-        wrong=Answer(replace=(("servers_needed = ...", "servers_needed = 12"),)),
-        why="a speed-up of 11.97 rounded up to 12",
-    ),
-    Case(
-        cell="def bidirectional_ring_time(",
-        context=SETUP,
-        right=Answer(replace=((TODO, "    return 2 * (k - 1) * link.time(nbytes / (2 * k))  #"),)),
-        wrong=Answer(replace=((TODO, "    return costmodel.ring_time(link, nbytes, k) / 2  #"),)),
-        why="half of the whole ring time, latency included",
+        right=Answer(replace=((KEPT, "kept_by_every[every] = {1: 3.0, 2: 1.5, 3: 1.0}[every]"),)),
+        wrong=Answer(replace=((KEPT, "kept_by_every[every] = 33.1  # the plain net each time"),)),
+        why="the plain net counted each time",
     ),
 ]

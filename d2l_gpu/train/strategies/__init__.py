@@ -27,10 +27,10 @@ if tuple(STRATEGY_CLASSES) != STRATEGIES:
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline'). Shown in lesson 7."""
+    """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline')."""
     return STRATEGY_CLASSES[name]
 
 
 def make_strategy(net, cfg: TrainConfig, where: Placement) -> Strategy:
-    """Strategy `cfg.strategy` around `net` for job `cfg` on this rank. Shown in lesson 7."""
+    """Strategy `cfg.strategy` around `net` for job `cfg` on this rank."""
     return strategy_class(cfg.strategy)(net, cfg, where)

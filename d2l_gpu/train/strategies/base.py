@@ -26,16 +26,14 @@ __all__ = ["Strategy", "build_model", "like", "needs_torch", "oriented"]
 
 
 def build_model(name: str, seed: int, device: torch.device, dtype=torch.float32) -> nn.Module:
-    """A freshly initialised 'lenet' or 'resnet18' on `device`, the same on every rank.
-
-    Shown in lesson 7."""
+    """A freshly initialised 'lenet' or 'resnet18' on `device`, the same on every rank."""
     torch.manual_seed(seed)
     net = MODELS[name](seed) if name == "lenet" else init_every_layer(MODELS[name]())
     return net.to(device=device, dtype=dtype)  # shapes found on the CPU, then moved
 
 
 def needs_torch(major: int, minor: int, what: str) -> None:
-    """Raise TrainError naming `what` unless PyTorch is at least major.minor (lesson 7)."""
+    """Raise TrainError naming `what` unless PyTorch is at least major.minor."""
     if torch_version() < (major, minor):
         raise TrainError(
             f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}"

@@ -31,7 +31,7 @@ _HEADER = 8  # [ndim, size 0, size 1, ...] of a tensor sent to the next stage
 
 def layers(net: nn.Module) -> nn.Sequential:
     """`net` as the nn.Sequential a pipeline cuts: a LeNet as its four layers (copies of its
-    weights), an nn.Sequential such as ResNet-18 as it is. Shown in lesson 7."""
+    weights), an nn.Sequential such as ResNet-18 as it is."""
     if isinstance(net, LeNet):
         return lenet_blocks([p.detach() for p in net.params])
     if not isinstance(net, nn.Sequential):
@@ -43,9 +43,7 @@ def layers(net: nn.Module) -> nn.Sequential:
 
 
 def cut(net: nn.Sequential, stage: int, num_stages: int) -> nn.Sequential:
-    """Stage `stage` of `num_stages`: consecutive layers of `net`, sharing its parameters.
-
-    Shown in lesson 7 (`--strategy pipeline`)."""
+    """Stage `stage` of `num_stages`: consecutive layers of `net`, sharing its parameters."""
     n = len(net)
     bounds = [round(k * n / num_stages) for k in range(num_stages + 1)]
     return net[bounds[stage] : bounds[stage + 1]]  # keeps the layers' names
