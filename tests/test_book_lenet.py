@@ -15,7 +15,7 @@ import d2l_gpu as d2l
 
 pytest_plugins = ["book_support"]  # the fashion fixture
 
-MIN_ACC_1_0 = 0.4  # measured 0.64-0.74 (seeds 0-4, 1 and 2 threads; notes/book.md)
+MIN_ACC_1_0 = 0.4  # measured 0.64-0.74 (seeds 0-4, 1 and 2 threads; docs/maintaining.md)
 MIN_ACC_0_17 = 0.3  # measured 0.59-0.73; chance is 0.1
 
 

@@ -3,7 +3,7 @@
 The PyTorch code of this chapter makes the same d2l calls in English 1.0.3, English 0.17.6 and
 the Chinese edition (only comments and printed text differ), so one run stands for the three
 editions and prints each edition's result line. The chapter's two-CUDA-device lines are
-replaced by what notes/book.md says to write instead: `nn.parallel.scatter` by
+replaced by what docs/maintaining.md says to write instead: `nn.parallel.scatter` by
 `d2l.split_batch` (any devices), `torch.cuda.synchronize()` by `d2l.synchronize()`, the
 chapter's `get_params` by `d2l.get_params` (a real copy even on one device); `num_gpus=2` then
 runs on two CPU "devices". Sizes are cut for a CPU: 1,024 training images, 3 epochs, batch 32
@@ -22,7 +22,7 @@ pytest_plugins = ["book_support"]  # the fashion and report fixtures
 EDITIONS = ["en-1.0.3", "en-0.17.6", "zh-2.0"]
 
 SCALE, NUM_EPOCHS, BATCH_SIZE, LR = 0.1, 3, 32, 0.1
-MIN_ACC = 0.3  # measured 0.58-0.72 (seeds 0-4, 1 and 2 threads; notes/book.md); chance 0.1
+MIN_ACC = 0.3  # measured 0.58-0.72 (seeds 0-4, 1 and 2 threads; docs/maintaining.md); chance 0.1
 
 
 def run_chapter(report):

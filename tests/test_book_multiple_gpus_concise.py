@@ -5,7 +5,7 @@ edition with `d2l.Residual(in, out, ...)`; the rest is shared. 0.17.6 and the Ch
 make the same calls (only comments and printed text differ): one run stands for both and prints
 each edition's result line. `nn.DataParallel(net, device_ids=devices)` is made for CUDA
 devices (on Apple MPS it leaves the model on the CPU), so the tests write the replacement
-notes/book.md gives, `d2l.data_parallel(net.to(devices[0]), devices)`, and `num_gpus=2` runs on
+docs/maintaining.md gives, `d2l.data_parallel(net.to(devices[0]), devices)`; `num_gpus=2` runs on
 two CPU "devices". Sizes are cut for a CPU: one residual block per stage of widths 8-64 (the
 chapter: two, 64-512), 1,600 training images, 4 epochs, batch 32 and learning rate 0.1 in both
 calls (the chapter: 256 and 0.1, then 512 and 0.2 on two GPUs).
@@ -20,7 +20,7 @@ import d2l_gpu as d2l
 pytest_plugins = ["book_support"]  # the fashion and report fixtures
 
 WIDTHS, NUM_EPOCHS = (8, 16, 32, 64), 4
-MIN_ACC = 0.3  # best epoch: 0.62-0.78 (seeds 0-4, 1 and 2 threads; notes/book.md); chance 0.1
+MIN_ACC = 0.3  # best epoch: 0.62-0.78 (seeds 0-4, 1 and 2 threads; docs/maintaining.md); chance 0.1
 
 
 def residual(edition: str, c_in: int, c_out: int, downsample: bool) -> nn.Module:

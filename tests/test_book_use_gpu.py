@@ -1,6 +1,6 @@
 """The "GPUs" chapter (use-gpu), as each edition calls d2l: devices, tensors, a net, Trainer.
 
-Lines that need a second CUDA device are written as notes/book.md says: `X.cuda(1)` becomes
+Lines that need a second CUDA device are written as docs/maintaining.md says: `X.cuda(1)` becomes
 `X.to(d2l.try_gpu(1))`, and `torch.cuda.device_count()` becomes `d2l.num_gpus()`. The 0.17.6 and
 Chinese editions make the same calls (only comments differ): one test stands for both.
 """
@@ -13,7 +13,7 @@ import d2l_gpu as d2l
 
 pytest_plugins = ["book_support"]  # the fashion and restore fixtures
 
-MIN_ACC = 0.35  # measured 0.62-0.74 (seeds 0-4, 1 and 2 threads; notes/book.md); chance 0.1
+MIN_ACC = 0.35  # measured 0.62-0.74 (seeds 0-4, 1 and 2 threads; docs/maintaining.md); chance 0.1
 
 
 def check_devices_and_tensors(make_net) -> None:

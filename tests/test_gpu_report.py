@@ -2,7 +2,7 @@
 the refusal without an accelerator; time limits; the workers and parsers on small data.
 
 The reports below are made-up inputs for the logic, shaped like the records a run writes. They
-are not measurements: no figure of them appears in the README or the notes.
+are not measurements: no figure of them appears in the README or docs/maintaining.md.
 """
 
 import copy

@@ -116,7 +116,7 @@ def unspelled_device_names(cell) -> set[str]:
 
 @pytest.mark.parametrize(
     "path",
-    pending(ALL_NOTEBOOKS, DEVICE_NAMES_PENDING, "prints device names (see notes/teach.md)"),
+    pending(ALL_NOTEBOOKS, DEVICE_NAMES_PENDING, "prints device names (see docs/maintaining.md)"),
     ids=rel(ALL_NOTEBOOKS),
 )
 def test_compared_outputs_name_no_machine_device(path):

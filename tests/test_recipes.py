@@ -23,7 +23,7 @@ DATASET = Path("/usr/share/datasets/fashion-mnist")
 # OMP_NUM_THREADS=1 and the default 2 threads: 140 runs; AMD EPYC, torch 2.13.0, 2026-11-22):
 # final test accuracy 0.984-1.000 (spread 0.016); last/first epoch loss 0.002-0.062 (spread
 # 0.060). Each threshold keeps more than twice the spread from the worst run:
-# 0.984 - 0.9 = 0.084 > 2 x 0.016; 0.3 - 0.062 = 0.238 > 2 x 0.060. notes/machine.md: the table.
+# 0.984 - 0.9 = 0.084 > 2 x 0.016; 0.3 - 0.062 = 0.238 > 2 x 0.060. docs/maintaining.md: the table.
 MIN_ACC = 0.9
 MAX_LOSS_RATIO = 0.3
 LR, EPOCHS = 0.1, 4

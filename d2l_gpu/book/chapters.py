@@ -2,7 +2,7 @@
 
 Same signatures, printed lines and plots as the book's; device-agnostic (the devices come from
 d2l_gpu.devices, several devices are used through nn.DataParallel only where it applies: two or
-more CUDA devices), timed with synchronisation. The fixes are listed in notes/book.md.
+more CUDA devices), timed with synchronisation. The fixes are listed in docs/maintaining.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The book's model and data base classes (d2l 1.0): Module, Classifier, DataModule, init_cnn.
 
 Book code written for `from d2l import torch as d2l` subclasses these and trains them with
-`d2l.Trainer` (d2l_gpu.book.trainer); see notes/book.md for what differs from the book's.
+`d2l.Trainer` (d2l_gpu.book.trainer); see docs/maintaining.md for what differs from the book's.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 def add_to_class(Class: type) -> Callable:
     """Decorator: set the decorated function as the attribute of `Class` with its name.
 
-    The book's helper (d2l 1.0); see notes/book.md. Unlike the book's, it returns the function,
+    The book's helper (d2l 1.0, docs/maintaining.md). Unlike the book's, it returns the function,
     so the decorated name stays usable where it was defined.
     """
 
