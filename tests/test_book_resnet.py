@@ -15,7 +15,7 @@ import d2l_gpu as d2l
 
 pytest_plugins = ["book_support"]  # the fashion fixture
 
-MIN_ACC = 0.4  # measured 0.64-0.72 (1.0), 0.59-0.69 (0.17), seeds 0-4, 1 and 2 threads; chance 0.1
+MIN_ACC = 0.38  # measured 0.64-0.72 (1.0), 0.59-0.69 (0.17), seeds 0-4, 1 and 2 threads; chance 0.1
 
 
 class ResNet(d2l.Classifier):

@@ -19,7 +19,7 @@ def test_regenerating_img_changes_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("script", [diagrams_parallelism, diagrams_sync], ids=lambda m: m.__name__)
-def test_lessons_9_to_11_diagrams_regenerate_unchanged(script, tmp_path):
+def test_lessons_10_to_12_diagrams_regenerate_unchanged(script, tmp_path):
     assert script.main([str(tmp_path)]) == 0
     for name in script.DIAGRAMS:
         fresh = (tmp_path / f"{name}.svg").read_bytes()
