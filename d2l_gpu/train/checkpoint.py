@@ -10,8 +10,6 @@ Before a job trains, `check_output` proves each output can be written; before it
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import os
 import random
 import shutil
@@ -21,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .._fs import sync_folder
+from .._fs import replace_file
 from .checkpoint_checks import (  # noqa: F401 - the checks are part of this module's interface
     CheckpointError,
     check_archive,
@@ -52,24 +50,7 @@ FORMAT = 2  # bump when the layout of the checkpoint dictionary changes (2: sett
 
 def save_atomic(obj, path) -> Path:
     """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    sync_folder(path.parent)
-    for stale in glob.glob(os.path.join(glob.escape(str(path.parent)), f".{path.name}.*.tmp")):
-        with contextlib.suppress(OSError):  # left by a writer that was killed mid-write
-            os.unlink(stale)
-    return path
+    return replace_file(path, lambda f: torch.save(obj, f))
 
 
 def check_output(path, flag: str) -> None:
