@@ -6,7 +6,7 @@ as each rank that torchrun starts, never pays for matplotlib. `_NAMES` says wher
 
 Layout: the top level says the role, each subpackage holds one kind of thing.
 
-    core (top level)  devices, models (every model, once), training, plotting, perf,
+    core (top level)  devices, models (every model, once), training, recipe, plotting, perf,
                       distributed, workers, jobs, stopping, _fs, _live
     data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
     parallel/         one module per parallelism technique the lessons build (see its docstring)
@@ -76,19 +76,15 @@ _NAMES = {
         "training_flops",
     ],
     "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
+    "recipe": ["Recipe", "amp_dtype", "make_step", "train_concise", "warmup_cosine"],
     "training": [
         "Accumulator",
-        "Recipe",
         "Timer",
         "accuracy",
-        "amp_dtype",
         "data_parallel",
         "evaluate_accuracy_gpu",
-        "make_step",
         "scale_for_devices",
         "sgd",
-        "train_concise",
-        "warmup_cosine",
     ],
     "workers": ["run_workers"],
     # data/

@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from d2l_gpu import models, perf, training
+from d2l_gpu import models, perf, recipe, training
 from d2l_gpu.book import dataset as book
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ def train_toy(seed=0, num_epochs=EPOCHS, n=256, **options) -> dict:
     """train_concise on toy_data (8 steps per epoch) on the CPU; test on 128 unseen examples."""
     torch.manual_seed(seed)
     train_iter, test_iter = toy_data(n, seed=seed), toy_data(128, seed=seed + 1000)
-    return training.train_concise(
+    return recipe.train_concise(
         small_net(), train_iter, test_iter, num_epochs, LR, ["cpu"], shape=(1, 1, 8, 8),
         plot=False, verbose=False, **options,
     )  # fmt: skip
@@ -164,7 +165,7 @@ def test_data_parallel_refuses_a_net_not_on_devices0(fake_dataparallel):
 
 def test_warmup_then_cosine_schedule():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = training.warmup_cosine(opt, total_steps=10, warmup_steps=2, cosine=True)
+    sched = recipe.warmup_cosine(opt, total_steps=10, warmup_steps=2, cosine=True)
     lrs = []
     for _ in range(10):
         lrs.append(opt.param_groups[0]["lr"])
@@ -185,9 +186,9 @@ def test_warmup_then_cosine_schedule():
     ],
 )
 def test_amp_dtype_prefers_bf16(monkeypatch, device, major, expected):
-    monkeypatch.setattr(training, "_autocast_available", lambda kind: True)
+    monkeypatch.setattr(recipe, "_autocast_available", lambda kind: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (major, 0))
-    assert training.amp_dtype(device) == expected
+    assert recipe.amp_dtype(device) == expected
 
 
 @pytest.mark.parametrize("device", ["privateuseone:0", "mps"])
@@ -195,16 +196,16 @@ def test_amp_dtype_is_none_without_autocast(monkeypatch, device):
     if device == "mps":  # PyTorch 2.4 has no autocast for MPS
         monkeypatch.setattr(torch.amp, "is_autocast_available", lambda kind: kind != "mps")
     with pytest.warns(UserWarning, match="no mixed precision.*float32"):
-        assert training.amp_dtype(device) is None  # DirectML: never (torch_directml ignores it)
+        assert recipe.amp_dtype(device) is None  # DirectML: never (torch_directml ignores it)
 
 
 def dtype_of_output(amp, monkeypatch, autocast=True) -> torch.dtype:
     """dtype of the net's output in one make_step on the CPU with `amp`."""
-    monkeypatch.setattr(training, "_autocast_available", lambda kind: autocast)
+    monkeypatch.setattr(recipe, "_autocast_available", lambda kind: autocast)
     net = models.materialize(small_net(), (1, 1, 8, 8))
     seen = []
     net.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
-    step = training.make_step(
+    step = recipe.make_step(
         net, torch.optim.SGD(net.parameters(), lr=0.1), nn.CrossEntropyLoss(), "cpu", amp=amp
     )
     step(*toy_data(8)[0])
@@ -265,7 +266,7 @@ def host_reads(monkeypatch):
 def test_make_step_reads_nothing_back(host_reads, options):
     net = models.materialize(small_net(), (1, 1, 8, 8))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    step = training.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", **options)
+    step = recipe.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", **options)
     before = [p.detach().clone() for p in net.parameters()]
     host_reads["n"] = 0
     losses = [step(X, y) for X, y in toy_data()]
@@ -343,3 +344,22 @@ def test_benchmark_tiny_mode_writes_valid_json(tmp_path):
     assert result["pipeline"]["examples"] == 128 and result["pipeline"]["ratio"] > 0
     assert [r["path"] for r in result["training"]] == ["book", "d2l_gpu"]
     assert result["flops_per_training_image"] > 1e9  # ResNet-18 at 28x28: about 2.7 GFLOP
+
+
+def test_a_skipped_fp16_step_does_not_advance_the_schedule():
+    """GradScaler skips the update of a step whose gradients overflowed; the schedule must not
+    move on for it (PyTorch warns "lr_scheduler.step() before optimizer.step()" otherwise)."""
+    net = models.materialize(small_net(), (1, 1, 8, 8))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    step = recipe.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", amp=torch.float16,
+                            scheduler=sched)  # fmt: skip
+    (X, y), before = toy_data(8)[0], [p.detach().clone() for p in net.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the scheduler's warning would fail the test
+        step(X * 1e6, y)  # float16 overflows: inf gradients, the update is skipped
+        assert sched.last_epoch == 0
+        assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+        step(X, y)  # an ordinary step: the update and the schedule both happen
+    assert sched.last_epoch == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
