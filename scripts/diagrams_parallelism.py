@@ -1,28 +1,19 @@
-"""Draw the diagrams of lessons 10 and 11 (splitting a model, sharding its memory) into img/.
-
-    python scripts/diagrams_parallelism.py [OUTDIR]     # default: img/
-
-Uses the drawing helpers and palette of make_diagrams.py, so every diagram of the course looks
-the same; deterministic, like make_diagrams.py.
-"""
+"""Draw the diagrams of lessons 10 and 11 (splitting a model, sharding its memory): the drawings
+only. scripts/make_diagrams.py writes them into img/ with the others, in the palette of
+diagram_kit.py, and checks that every label fits."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from make_diagrams import (
+from diagram_kit import (
     DEV,
     DEV_FILL,
     HOST,
     HOST_FILL,
     LINK,
     MUTED,
-    ROOT,
     arrow,
     box,
     link,
-    svg,
     text,
 )
 
@@ -217,25 +208,3 @@ def zero_stages() -> tuple[int, int, str, list[str]]:
         )
     )
     return 900, 392, "Memory kept per rank under data parallelism and ZeRO stages 1 to 3", body
-
-
-DIAGRAMS = {
-    "three-splits": three_splits,
-    "combined-parallelism": combined,
-    "zero-stages": zero_stages,
-}
-
-
-def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else ROOT / "img"
-    out.mkdir(parents=True, exist_ok=True)
-    for name, draw in DIAGRAMS.items():
-        width, height, title, body = draw()
-        path = out / f"{name}.svg"
-        path.write_text(svg(width, height, title, body), encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

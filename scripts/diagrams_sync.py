@@ -1,17 +1,10 @@
-"""Draw lesson 12's diagrams (parameter servers, the ring, the hierarchy) into img/.
-
-    python scripts/diagrams_sync.py [OUTDIR]     # default: img/
-
-Uses the drawing helpers and palette of make_diagrams.py, so the pictures match the others.
-The output is deterministic: re-running it changes nothing unless this script changed.
-"""
+"""Draw lesson 12's diagrams (parameter servers, the ring, the hierarchy): the drawings
+only. scripts/make_diagrams.py writes them into img/ with the others, in the palette of
+diagram_kit.py, and checks that every label fits."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from make_diagrams import (
+from diagram_kit import (
     BAD,
     DEV,
     DEV_FILL,
@@ -19,11 +12,9 @@ from make_diagrams import (
     HOST_FILL,
     LINK,
     MUTED,
-    ROOT,
     arrow,
     box,
     link,
-    svg,
     text,
 )
 
@@ -62,7 +53,7 @@ def parameter_server() -> tuple[int, int, str, list[str]]:
         x = 420 + s * 90
         body.append(box(x, 76, 80, 56, HOST, HOST_FILL))
         body.append(text(x + 40, 98, f"server {s}", "small"))
-        body += slices(x + 10, 108, 60, 16, [SLICE_FILLS[s]], [f"keys {s}"])
+        body += slices(x + 10, 108, 60, 18, [SLICE_FILLS[s]], [f"keys {s}"])
     for i in range(4):
         x = 420 + i * 90
         body.append(box(x, 230, 80, 50, DEV, DEV_FILL))
@@ -160,25 +151,3 @@ def hierarchy() -> tuple[int, int, str, list[str]]:
         )
     )
     return 760, 436, "Two machines of two ranks each: reduce inside, across, broadcast", body
-
-
-DIAGRAMS = {
-    "parameter-server": parameter_server,
-    "ring-allreduce": ring,
-    "hierarchy": hierarchy,
-}
-
-
-def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else ROOT / "img"
-    out.mkdir(parents=True, exist_ok=True)
-    for name, draw in DIAGRAMS.items():
-        width, height, title, body = draw()
-        path = out / f"{name}.svg"
-        path.write_text(svg(width, height, title, body), encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -6,16 +6,14 @@
 Each diagram is a function returning (width, height, title, body); the drawing helpers (svg, box,
 text, arrow, link, lines, chip_grid, memory_bar, gpu_card and the palette) live in diagram_kit.py
 and can be imported from here. Diagrams are grouped by lessons: diagrams_basics.py (lessons 1-4),
-diagrams_parallel.py (lessons 5-7),
-diagrams_speed.py (lesson 8). The output is deterministic (no timestamps), so re-running it
-changes nothing unless a drawing changed.
+diagrams_parallel.py (lessons 5-7), diagrams_speed.py (lesson 9), diagrams_parallelism.py
+(lessons 10-11) and diagrams_sync.py (lesson 12). The output is deterministic (no timestamps), so
+re-running it changes nothing unless a drawing changed.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from diagram_kit import (  # noqa: F401 - re-exported: other diagram modules import them from here
@@ -52,7 +50,11 @@ from diagrams_parallel import (
     torchrun_processes,
     torchrun_restarts,
 )
+from diagrams_parallelism import combined, three_splits, zero_stages
 from diagrams_speed import amp_loss_scaling, channels_last
+from diagrams_sync import hierarchy, parameter_server, ring
+
+from d2l_gpu._fs import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,8 +71,14 @@ DIAGRAMS = {
     "ddp-buckets": ddp_buckets,  # lesson 7
     "torchrun-processes": torchrun_processes,  # lesson 7
     "torchrun-restarts": torchrun_restarts,  # lesson 7
-    "channels-last": channels_last,  # lesson 8
-    "amp-loss-scaling": amp_loss_scaling,  # lesson 8
+    "channels-last": channels_last,  # lesson 9
+    "amp-loss-scaling": amp_loss_scaling,  # lesson 9
+    "three-splits": three_splits,  # lesson 10
+    "combined-parallelism": combined,  # lesson 11
+    "zero-stages": zero_stages,  # lesson 11
+    "parameter-server": parameter_server,  # lesson 12
+    "ring-allreduce": ring,  # lesson 12
+    "hierarchy": hierarchy,  # lesson 12
 }
 
 
@@ -93,18 +101,6 @@ def check(folder: Path) -> list[str]:
     return out
 
 
-def write(path: Path, document: str) -> None:
-    """Write through a temporary file and a rename, so a reader never sees half a diagram."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(document)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--check"]:
         problems = check(ROOT / "img")
@@ -117,7 +113,7 @@ def main(argv: list[str]) -> int:
         for problem in layout_problems(document):
             print(f"warning: {name}.svg: {problem}")
         path = out / f"{name}.svg"
-        write(path, document)
+        write_atomic(path, document)  # a reader never sees half a diagram
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

@@ -1,8 +1,6 @@
 """img/ holds exactly what scripts/make_diagrams.py draws, and every label fits where it sits."""
 
 import diagram_kit as kit
-import diagrams_parallelism
-import diagrams_sync
 import make_diagrams
 import pytest
 from conftest import ROOT
@@ -18,17 +16,8 @@ def test_regenerating_img_changes_nothing(tmp_path, capsys):
         assert (IMG / f"{name}.svg").read_bytes() == fresh, f"img/{name}.svg is stale"
 
 
-@pytest.mark.parametrize("script", [diagrams_parallelism, diagrams_sync], ids=lambda m: m.__name__)
-def test_lessons_10_to_12_diagrams_regenerate_unchanged(script, tmp_path):
-    assert script.main([str(tmp_path)]) == 0
-    for name in script.DIAGRAMS:
-        fresh = (tmp_path / f"{name}.svg").read_bytes()
-        assert (IMG / f"{name}.svg").read_bytes() == fresh, f"img/{name}.svg is stale"
-
-
 def test_every_svg_in_img_is_drawn_by_the_script():
-    scripts = (make_diagrams, diagrams_parallelism, diagrams_sync)
-    drawn = {f"{name}.svg" for script in scripts for name in script.DIAGRAMS}
+    drawn = {f"{name}.svg" for name in make_diagrams.DIAGRAMS}
     stray = sorted(p.name for p in IMG.glob("*.svg") if p.name not in drawn)
     assert not stray, f"drawn by hand, so no check that they fit: {stray}"
 
