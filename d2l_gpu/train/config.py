@@ -66,6 +66,12 @@ class TrainConfig:
     microbatches: int = flag(
         4, "micro-batches per global batch for --strategy pipeline", metavar="M"
     )
+    accumulate: int = flag(
+        1,
+        "cut each rank's part of a global batch into A micro-batches whose gradients add up "
+        "before one synchronisation (ddp, fsdp); BatchNorm then sees the smaller micro-batches",
+        metavar="A",
+    )
     dtype: str = flag("float32", "", choices=list(DTYPES))
     timeout: float = flag(
         600.0,
@@ -82,10 +88,10 @@ class TrainConfig:
     # settings that define the job: a resumed job must have the checkpoint's
     MUST_MATCH = ("model", "batch_size", "lr", "limit", "seed", "data_dir", "dtype")
     # settings that may change on resume (said when they do): more epochs, another strategy
-    MAY_CHANGE = ("epochs", "strategy", "microbatches")
+    MAY_CHANGE = ("epochs", "strategy", "microbatches", "accumulate")
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size", "limit", "microbatches"):
+        for name in ("epochs", "batch_size", "limit", "microbatches", "accumulate"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")

@@ -25,8 +25,9 @@ def shard_indices(
     return order[: num_batches * batch_size].view(num_batches, world_size, per_rank)[:, rank]
 
 
-def check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
-    """Raise TrainError unless the global batch splits evenly and every rank gets examples."""
+def check_sizes(batch_size: int, world_size: int, num_examples: int, accumulate: int = 1) -> None:
+    """Raise TrainError unless the global batch splits evenly, every rank gets examples and each
+    rank's part holds at least `accumulate` of them (one per micro-batch)."""
     if world_size > num_examples:
         raise TrainError(
             f"{world_size} ranks but only {num_examples} training examples: every rank needs "
@@ -39,6 +40,12 @@ def check_sizes(batch_size: int, world_size: int, num_examples: int) -> None:
         )
     if batch_size > num_examples:
         raise TrainError(f"--batch-size {batch_size} exceeds the {num_examples} training examples")
+    if batch_size // world_size < accumulate:
+        raise TrainError(
+            f"--accumulate {accumulate} cuts each rank's {batch_size // world_size} examples of a "
+            f"global batch into more micro-batches than examples: use at most "
+            f"{batch_size // world_size}, or a larger --batch-size"
+        )
 
 
 class _Bar(tqdm):

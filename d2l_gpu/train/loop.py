@@ -140,7 +140,7 @@ def train(cfg: TrainConfig) -> None:
     )
     kind = strategy_class(cfg.strategy)
     kind.check(cfg, world)  # before joining the group: every rank fails alike, none waits
-    check_sizes(cfg.batch_size, world if kind.splits_data else 1, len(data[1]))
+    check_sizes(cfg.batch_size, world if kind.splits_data else 1, len(data[1]), cfg.accumulate)
     try:
         device, backend = device_and_backend(local_rank, local_world, cfg.backend)
     except ValueError as e:  # --backend nccl without a GPU per rank

@@ -12,6 +12,7 @@ fsdp.py, pipeline.py; `STRATEGY_CLASSES` in this package maps each name to its c
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 
 import torch
@@ -75,12 +76,36 @@ class Strategy(ABC):
         self, X: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One SGD step on this rank's shard; (loss sum, correct, count) of what it scored."""
+        if self.cfg.accumulate > 1:
+            return self.accumulated_step(X, y)
         y_hat = self.model(X)
         loss = F.cross_entropy(y_hat, y)  # mean over this rank's shard; gradients averaged
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradient buckets while backward is still running
         self.optimizer.step()
         return loss.detach() * len(y), (y_hat.argmax(1) == y).sum(), len(y)
+
+    def accumulated_step(self, X: torch.Tensor, y: torch.Tensor):
+        """One SGD step on this rank's shard cut into --accumulate micro-batches: the gradients
+        of each add up locally, and only the last backward synchronises them across ranks."""
+        self.optimizer.zero_grad(set_to_none=True)
+        parts = list(zip(X.chunk(self.cfg.accumulate), y.chunk(self.cfg.accumulate), strict=True))
+        loss_sum, correct = torch.zeros((), device=X.device, dtype=X.dtype), 0
+        for i, (Xm, ym) in enumerate(parts):
+            last = i == len(parts) - 1
+            with contextlib.nullcontext() if last else self.no_sync():
+                y_hat = self.model(Xm)
+                # the micro-batch's share of the shard's mean loss: the gradients add up to it
+                loss = F.cross_entropy(y_hat, ym) * (len(ym) / len(y))
+                loss.backward()
+            loss_sum = loss_sum + loss.detach() * len(y)
+            correct = correct + (y_hat.argmax(1) == ym).sum()
+        self.optimizer.step()
+        return loss_sum, correct, len(y)
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """A context in which backward keeps gradients local (no all-reduce); see subclasses."""
+        return contextlib.nullcontext()
 
     def predict(self, X: torch.Tensor) -> torch.Tensor | None:
         """Logits of X on this rank, no gradients (None where this rank has none)."""

@@ -22,3 +22,7 @@ class DDPStrategy(Strategy):
         return DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None
         )
+
+    def no_sync(self):
+        """DDP's own: gradients stay on this rank until a backward outside it."""
+        return self.model.no_sync()

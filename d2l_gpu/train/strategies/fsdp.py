@@ -4,6 +4,7 @@ its use."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import torch
@@ -35,6 +36,15 @@ class FSDPStrategy(Strategy):
             if isinstance(module, Residual):
                 fully_shard(module, mesh=self.mesh)
         return fully_shard(net, mesh=self.mesh)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """FSDP2's switch: no reduce-scatter of gradients until a backward outside it."""
+        self.model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.model.set_requires_gradient_sync(True)
 
     def close(self) -> None:
         """Let the mesh forget the group: DTensor's caches keep the mesh after the job (seen in

@@ -67,6 +67,11 @@ class PipelineStrategy(Strategy):
                 f"each), but this job has {world} ranks: use at most {stages} processes, or "
                 "--strategy ddp or fsdp"
             )
+        if cfg.accumulate > 1:
+            raise TrainError(
+                f"--accumulate {cfg.accumulate} is for --strategy ddp and fsdp: a pipeline already "
+                "cuts each global batch into --microbatches; set those instead"
+            )
         if cfg.batch_size % cfg.microbatches:
             raise TrainError(
                 f"--batch-size {cfg.batch_size} does not split into --microbatches "
