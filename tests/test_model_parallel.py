@@ -268,3 +268,12 @@ def test_the_process_pipeline_overlaps_its_stages():
     serial = [(r, k, i, a + (9.0 if r == 0 and i else 0), b + (9.0 if r == 0 and i else 0))
               for r, k, i, a, b in events]  # fmt: skip
     assert not overlapped(serial)
+
+
+def test_cuts_fall_after_units_that_cost_nothing():
+    """A cut by FLOPs goes after the ReLU and the pool that follow a convolution (they cost no
+    FLOPs), where the activation to send is the smallest, not right after the convolution."""
+    costs = [5.0, 0.0, 0.0, 5.0, 0.0]  # conv, ReLU, pool, conv, ReLU
+    assert splitting.balanced_cuts(costs, 2) == [0, 3, 5]
+    assert splitting.balanced_cuts([1.0] * 7, 3) == [0, 2, 4, 7]  # no zero costs: unchanged
+    assert splitting.balanced_cuts([0.0, 0.0, 1.0], 3) == [0, 1, 2, 3]  # every group keeps one

@@ -34,7 +34,10 @@ def layer_table(net: nn.Sequential, X: torch.Tensor) -> list[dict]:
 
 
 def balanced_cuts(costs: list[float], k: int) -> list[int]:
-    """Cut `costs` into k contiguous groups with the smallest largest sum; return the k+1 bounds."""
+    """Cut `costs` into k contiguous groups with the smallest largest sum; return the k+1 bounds.
+
+    A cut never falls just before a unit that costs nothing: such units join the group before
+    them, so that a cut after a convolution sends the activation after its ReLU and pooling."""
     n = len(costs)
     if not 1 <= k <= n:
         raise ValueError(f"cannot cut {n} units into {k} stages: need 1 <= stages <= {n}")
@@ -56,7 +59,11 @@ def balanced_cuts(costs: list[float], k: int) -> list[int]:
     for j in range(k, 0, -1):
         i = how[j][i]
         bounds.append(i)
-    return bounds[::-1]
+    bounds = bounds[::-1]
+    for s in range(1, k):  # units that cost nothing (ReLU, pooling) stay with the unit before them
+        while bounds[s] < bounds[s + 1] - 1 and costs[bounds[s]] == 0:
+            bounds[s] += 1
+    return bounds
 
 
 def split_stages(net: nn.Sequential, k: int, costs: list[float] | None = None) -> list:
