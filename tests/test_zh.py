@@ -67,6 +67,15 @@ def test_sync_changes_nothing(path, tmp_path):
     assert zh.sync_file(copied) is False
 
 
+def test_chinese_solutions_named_in_the_chinese_notebooks_exist():
+    """A lesson's "参考解答在 `solutions/zh/NN-x.ipynb`" names a file that is there."""
+    for path in ZH_FILES:
+        for cell in nbtools.load(path)["cells"]:
+            if cell["cell_type"] == "markdown":
+                for name in re.findall(r"solutions/zh/[\w.-]+\.ipynb", zh.source(cell)):
+                    assert (ROOT / name).is_file(), f"{zh.rel(path)} cell {cell['id']}: {name}"
+
+
 def test_nbtools_reads_the_chinese_notebooks_as_valid_notebooks():
     for path in ZH_FILES:
         problems = [p for p in nbtools.check_file(path) if "stray metadata" not in p]
