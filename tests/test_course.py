@@ -67,3 +67,14 @@ def test_a_wrong_command_is_refused_naming_the_choices(argv, capsys):
     assert course.main(argv) == 2
     said = capsys.readouterr().err
     assert "give one command of: setup, setup-dev, lessons" in said
+
+
+def test_directml_environment_follows_the_lock_and_torch_directml():
+    """environment-directml.yml: torch-directml's pins, the lock's jupyterlab, no global --pre."""
+    env = (ROOT / "environment-directml.yml").read_text()
+    jupyterlab = re.search(r"^jupyterlab==(\S+)", (ROOT / "requirements.txt").read_text(), re.M)
+    assert f"jupyterlab=={jupyterlab[1]}" in env
+    for pin in ("torch==2.4.1", "torchvision==0.19.1", "torch-directml==0.2.5.dev240914"):
+        assert pin in env
+    assert not re.search(r"^\s*- --pre\s*$", env, re.M)  # it would admit every pre-release
+    assert "torch-directml` 0.2.5.dev240914" in (ROOT / "README.md").read_text()
