@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
+from . import _checks
 from .devices import synchronize, try_all_gpus
 from .models import init_weights, materialize
 from .plotting import Animator
@@ -22,6 +23,7 @@ class Timer:
     """Record multiple running times; synchronizes `device` so accelerator times are true."""
 
     def __init__(self, device: torch.device | str | None = None):
+        _checks.device("Timer: device", device, optional=True)
         self.device = device
         self.times: list[float] = []
         self.start()
@@ -58,10 +60,12 @@ class Accumulator:
     """For accumulating sums over `n` variables."""
 
     def __init__(self, n: int):
-        self.data = [0.0] * n
+        self.data = [0.0] * _checks.whole("Accumulator: n", n, least=0)
 
     def add(self, *args) -> None:
         """Add one value to each of the n sums."""
+        if len(args) != len(self.data):
+            raise ValueError(f"Accumulator.add got {len(args)} values for {len(self.data)} sums")
         self.data = [a + float(b) for a, b in zip(self.data, args, strict=True)]
 
     def reset(self) -> None:
@@ -90,6 +94,7 @@ def evaluate_accuracy_gpu(
     prediction), `device` defaults to that of the net's parameters, and X may be a list of
     tensors (the book's BERT fine-tuning), each moved to `device`. Shown in lessons 5 and 6.
     """
+    _checks.device("evaluate_accuracy_gpu: device", device, optional=True)
     if isinstance(net, nn.Module):
         net.eval()  # Set the model to evaluation mode
         if device is None:
@@ -117,8 +122,10 @@ def evaluate_accuracy_gpu(
 
 def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
     """Minibatch stochastic gradient descent."""
+    _checks.number("sgd: batch_size", batch_size, positive=True)
     with torch.no_grad():
         for param in params:
+            _checks.has_grad("sgd", param)
             param -= lr * param.grad / batch_size
             param.grad.zero_()
 
@@ -159,7 +166,7 @@ def amp_dtype(device) -> torch.dtype | None:
     None, with a warning, where this PyTorch has no autocast for the device (DirectML; MPS before
     PyTorch 2.5): training there stays in float32. Shown in lesson 9.
     """
-    kind = torch.device(device).type
+    kind = _checks.device("amp_dtype: device", device).type
     if not _autocast_available(kind):
         warnings.warn(
             f"PyTorch {torch.__version__} has no mixed precision (autocast) for '{kind}' "
@@ -253,7 +260,8 @@ def train_concise(
         known = sorted(f.name for f in fields(Recipe))
         unknown = sorted(set(options) - set(known))
         raise TypeError(f"train_concise got unknown options {unknown}; it knows {known}") from None
-    devices = [torch.device(d) for d in (devices or try_all_gpus())]
+    _checks.loop("train_concise", net, train_iter, num_epochs)
+    devices = _checks.devices("train_concise: devices", devices or try_all_gpus())
     if r.compile and len(devices) > 1:
         raise ValueError("compile=True needs a single device; for several, use DDP (lesson 7)")
     net.to(devices[0])  # nn.DataParallel requires the module on devices[0]
