@@ -17,6 +17,8 @@ import os
 
 import torch
 
+from . import _checks
+
 PROFILES = ("quick", "full", "auto")
 DIRECTML = "privateuseone"  # the device type that torch_directml registers
 
@@ -128,7 +130,9 @@ def try_all_gpus() -> list[torch.device]:
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for all work queued on `device` (default: the accelerator). Shown in lesson 3."""
-    kind = torch.device(device).type if device is not None else _accel_type()
+    kind = (
+        _checks.device("synchronize: device", device).type if device is not None else _accel_type()
+    )
     if kind in (None, "cpu", "meta"):
         return
     acc = getattr(torch, "accelerator", None)

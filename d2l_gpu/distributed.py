@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from . import _checks
 from .processes import children, parent_gone
 
 _STORE = None  # the store this process joined its group through; dropped by leave_group
@@ -34,6 +35,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def pick_backend(world_size: int) -> str:
     """'nccl' when every rank can have a CUDA device of its own, else 'gloo' (CPU, any OS)."""
+    _checks.whole("pick_backend: world_size", world_size)
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
         return "nccl" if dist.is_nccl_available() else "gloo"
     return "gloo"
@@ -225,6 +227,8 @@ def rank_device(rank: int | None = None) -> torch.device:
 
     Shown in lesson 10; the workers of lessons 11 and 12 use it too.
     """
+    if rank is not None:
+        _checks.whole("rank_device: rank", rank, least=0)
     if dist.is_initialized() and dist.get_backend() == "nccl":
         rank = dist.get_rank() if rank is None else rank
         return torch.device("cuda", rank % torch.cuda.device_count())

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from . import _checks
 from .distributed import worker_pids
 from .processes import kill_tree
 
@@ -58,6 +59,16 @@ def kill_worker(agent_pid: int, rank: int) -> bool:
     return True
 
 
+def _check_cmd(caller: str, cmd) -> None:
+    """Refuse a command that is a string or empty: Popen wants a list of arguments."""
+    if isinstance(cmd, (str, bytes)):
+        raise TypeError(
+            f"{caller}: cmd must be a list of arguments such as [sys.executable, 'train.py'], "
+            f"got the string {cmd!r}; split it with shlex.split"
+        )
+    _checks.items(f"{caller}: cmd", cmd)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill `proc` and the processes it started (its process group; its tree on Windows)."""
     kill_tree(proc)
@@ -79,6 +90,10 @@ def run_job(
     decides a kill)."""
     if (when is None) != (kill_rank is None):
         raise ValueError("run_job: give both kill_rank and when, or neither")
+    _check_cmd("run_job", cmd)
+    if when is not None:
+        _checks.callable_("run_job: when", when)
+        _checks.whole("run_job: kill_rank", kill_rank, least=0)
     if not timeout > 0:
         raise ValueError(f"run_job: timeout must be a positive number of seconds, not {timeout!r}")
     proc = subprocess.Popen(
@@ -115,6 +130,7 @@ def launch(cmd: Sequence[str], *, cwd=None, env=None, timeout: float = 300.0, ch
     """Run `cmd` in a process group of its own; return its output (stdout and stderr together).
 
     Shown in lesson 7. With `check`, a non-zero exit raises RuntimeError with the output."""
+    _check_cmd("launch", cmd)
     job = run_job(cmd, cwd=cwd, env=env, timeout=timeout)
     if check and job.returncode != 0:
         raise RuntimeError(
@@ -130,4 +146,7 @@ def launch_and_kill(
 
     Shown in lesson 7: `when=lambda out: "saved checkpoint (epoch 1)" in out` kills right after the
     first checkpoint, on any machine. Returns the output (with the agent's report of the kill)."""
+    _check_cmd("launch_and_kill", cmd)
+    _checks.whole("launch_and_kill: rank", rank, least=0)
+    _checks.callable_("launch_and_kill: when", when)
     return run_job(cmd, cwd=cwd, env=env, timeout=timeout, kill_rank=rank, when=when).output

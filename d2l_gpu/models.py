@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import _checks
+from .devices import is_out_of_memory
 
 
 def _form_1_0(num_channels, use_1x1conv=False, strides=1):
@@ -45,6 +46,9 @@ def _residual_args(args: tuple, kwargs: dict) -> dict:
         ) from None
     bound.apply_defaults()
     spec = dict(bound.arguments)
+    for name in ("input_channels", "num_channels"):
+        if name in spec:
+            _checks.whole(f"Residual{_call_text(args, kwargs)}: {name}", spec[name])
     flag = spec["use_1x1conv"]
     if not isinstance(flag, (bool, np.bool_)):
         hint = " (two leading integers mean the 0.17 form)" if "use_1x1conv" not in kwargs else ""
@@ -99,6 +103,8 @@ class Residual(nn.Module):
 
 def resnet_block(num_channels: int, num_residuals: int, first_block: bool = False) -> nn.Sequential:
     """A stage of ResNet: `num_residuals` Residual blocks; all but the first stage halve H and W."""
+    _checks.whole("resnet_block: num_channels", num_channels)
+    _checks.whole("resnet_block: num_residuals", num_residuals)
     blk = []
     for i in range(num_residuals):
         if i == 0 and not first_block:
@@ -130,9 +136,19 @@ def materialize(net: nn.Module, shape=(1, 1, 28, 28), device=None) -> nn.Module:
     """Give every lazy layer its real shape by running one dummy batch (running stats untouched)."""
     was_training = net.training
     net.eval()
-    with torch.no_grad():
-        net(torch.zeros(shape, device=device))
-    net.train(was_training)
+    try:
+        with torch.no_grad():
+            net(torch.zeros(shape, device=device))
+    except RuntimeError as e:
+        if is_out_of_memory(e):
+            raise
+        raise ValueError(
+            f"materialize: a dummy batch of shape {tuple(shape)} does not fit net "
+            f"({str(e).strip().splitlines()[0]}); pass the shape of a batch of one, e.g. "
+            "(1, 1, 28, 28), on the device net is on"
+        ) from None
+    finally:
+        net.train(was_training)
     return net
 
 
@@ -174,6 +190,7 @@ def lenet_params(seed: int | None = None, scale: float = 0.01) -> list[torch.Ten
 
 def lenet(X: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
     """LeNet written from its parameter list: conv-relu-pool twice, then two dense layers."""
+    _lenet_params("lenet", params)
     h1_conv = F.conv2d(input=X, weight=params[0], bias=params[1])
     h1_activation = F.relu(h1_conv)
     h1 = F.avg_pool2d(input=h1_activation, kernel_size=(2, 2), stride=(2, 2))
@@ -200,8 +217,11 @@ class LeNet(nn.Module):
 
 def mlp(widths: list[int], seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
     """Linear layers of the given widths with a ReLU between them, seeded (lessons 10 and 11)."""
+    widths = _checks.items("mlp: widths", widths, least=0)
     if len(widths) < 2:
         raise ValueError(f"mlp needs at least an input and an output width, got {widths}")
+    for w in widths:
+        _checks.whole("mlp: each of widths", w)
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
@@ -211,8 +231,18 @@ def mlp(widths: list[int], seed: int = 0, dtype: torch.dtype = torch.float32) ->
     return nn.Sequential(*layers).to(dtype)
 
 
+def _lenet_params(caller: str, params) -> None:
+    """Refuse a parameter list that is not LeNet's 8 tensors (weights and biases of 4 layers)."""
+    if not isinstance(params, (list, tuple)) or len(params) != 8:
+        what = f"{len(params)} items" if isinstance(params, (list, tuple)) else repr(params)
+        raise ValueError(
+            f"{caller}: params must be the 8 tensors of d2l.lenet_params(), got {what}"
+        )
+
+
 def lenet_blocks(params: list[torch.Tensor]) -> nn.Sequential:
     """LeNet as four nn.Sequential layers with copies of `params` (cut by lesson 7's pipeline)."""
+    _lenet_params("lenet_blocks", params)
     net = nn.Sequential(
         nn.Sequential(nn.Conv2d(1, 20, 3), nn.ReLU(), nn.AvgPool2d(2)),
         nn.Sequential(nn.Conv2d(20, 50, 5), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten()),
@@ -239,6 +269,10 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, d_model: int = 256, num_heads: int = 4, ffn: int | None = None):
         super().__init__()
+        _checks.whole("TransformerBlock: d_model", d_model)
+        _checks.whole("TransformerBlock: num_heads", num_heads)
+        if ffn is not None:
+            _checks.whole("TransformerBlock: ffn", ffn)
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not a multiple of num_heads={num_heads}")
         self.num_heads = num_heads
@@ -261,6 +295,8 @@ def transformer(
     vocab: int = 1000, d_model: int = 256, num_heads: int = 4, num_layers: int = 4, seed: int = 0
 ) -> nn.Sequential:
     """A small decoder-only language model: embedding, transformer blocks, norm, output layer."""
+    _checks.whole("transformer: vocab", vocab)
+    _checks.whole("transformer: num_layers", num_layers, least=0)
     torch.manual_seed(seed)
     blocks = [TransformerBlock(d_model, num_heads) for _ in range(num_layers)]
     return nn.Sequential(

@@ -37,6 +37,9 @@ PEAK_TFLOPS = [
 def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: int = 5) -> float:
     """Median seconds of `fn()` over `repeat` runs, after `warmup` runs, synchronizing `device`."""
     _checks.callable_("measure: fn", fn)
+    _checks.device("measure: device", device, optional=True)
+    _checks.whole("measure: repeat", repeat, least=None)
+    _checks.whole("measure: warmup", warmup, least=None)
     if repeat < 1 or warmup < 0:
         raise ValueError(f"measure needs repeat >= 1 and warmup >= 0, got {repeat=}, {warmup=}")
     for _ in range(warmup):
@@ -51,6 +54,7 @@ def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: i
 
 def examples_per_second(data_iter, device=None, *, warmup=1, repeat=3) -> float:
     """Examples per second of a pass over `data_iter`, each batch moved to `device` (median)."""
+    _checks.device("examples_per_second: device", device, optional=True)
     counts = []
 
     def one_pass():
@@ -69,6 +73,8 @@ def training_flops(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> int:
     """FLOPs of one forward and backward pass of `net` on (X, y), counted on shapes alone."""
     if has_lazy(net):
         raise ValueError("net has lazy layers: call d2l.materialize(net, shape) first")
+    if len(X) != len(y):
+        raise ValueError(f"training_flops: X has {len(X)} examples but y has {len(y)}")
     net = copy.deepcopy(net).to("meta")  # no arithmetic done, net itself untouched
     X, y = torch.empty_like(X, device="meta"), torch.empty_like(y, device="meta")
     counter = FlopCounterMode(display=False)
@@ -79,7 +85,7 @@ def training_flops(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> int:
 
 def peak_tflops(device, low_precision: bool = True) -> float | None:
     """Data-sheet dense peak TFLOP/s of a known CUDA `device` (bf16/fp16 or fp32), else None."""
-    device = torch.device(device)
+    device = _checks.device("peak_tflops: device", device)
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
+from . import _checks
 from .devices import try_all_gpus
 from .models import init_weights, materialize
 from .plotting import Animator
@@ -34,7 +35,7 @@ def amp_dtype(device) -> torch.dtype | None:
     None, with a warning, where this PyTorch has no autocast for the device (DirectML; MPS before
     PyTorch 2.5): training there stays in float32. Shown in lesson 9.
     """
-    kind = torch.device(device).type
+    kind = _checks.device("amp_dtype: device", device).type
     if not _autocast_available(kind):
         warnings.warn(
             f"PyTorch {torch.__version__} has no mixed precision (autocast) for '{kind}' "
@@ -133,7 +134,8 @@ def train_concise(
         known = sorted(f.name for f in fields(Recipe))
         unknown = sorted(set(options) - set(known))
         raise TypeError(f"train_concise got unknown options {unknown}; it knows {known}") from None
-    devices = [torch.device(d) for d in (devices or try_all_gpus())]
+    _checks.loop("train_concise", net, train_iter, num_epochs)
+    devices = _checks.devices("train_concise: devices", devices or try_all_gpus())
     if r.compile and len(devices) > 1:
         raise ValueError("compile=True needs a single device; for several, use DDP (lesson 7)")
     net.to(devices[0])  # nn.DataParallel requires the module on devices[0]

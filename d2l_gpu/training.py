@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from . import _checks
 from .devices import synchronize
 
 
@@ -16,6 +17,7 @@ class Timer:
     """Record multiple running times; synchronizes `device` so accelerator times are true."""
 
     def __init__(self, device: torch.device | str | None = None):
+        _checks.device("Timer: device", device, optional=True)
         self.device = device
         self.times: list[float] = []
         self.start()
@@ -52,10 +54,12 @@ class Accumulator:
     """For accumulating sums over `n` variables."""
 
     def __init__(self, n: int):
-        self.data = [0.0] * n
+        self.data = [0.0] * _checks.whole("Accumulator: n", n, least=0)
 
     def add(self, *args) -> None:
         """Add one value to each of the n sums."""
+        if len(args) != len(self.data):
+            raise ValueError(f"Accumulator.add got {len(args)} values for {len(self.data)} sums")
         self.data = [a + float(b) for a, b in zip(self.data, args, strict=True)]
 
     def reset(self) -> None:
@@ -84,6 +88,7 @@ def evaluate_accuracy_gpu(
     prediction), `device` defaults to that of the net's parameters, and X may be a list of
     tensors (the book's BERT fine-tuning), each moved to `device`. Shown in lessons 5 and 6.
     """
+    _checks.device("evaluate_accuracy_gpu: device", device, optional=True)
     if isinstance(net, nn.Module):
         net.eval()  # Set the model to evaluation mode
         if device is None:
@@ -111,8 +116,10 @@ def evaluate_accuracy_gpu(
 
 def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
     """Minibatch stochastic gradient descent."""
+    _checks.number("sgd: batch_size", batch_size, positive=True)
     with torch.no_grad():
         for param in params:
+            _checks.has_grad("sgd", param)
             param -= lr * param.grad / batch_size
             param.grad.zero_()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 import d2l_gpu as d2l
 
@@ -32,11 +33,97 @@ CASES = {
 }
 
 
+def seq() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(1, 2), nn.ReLU(), nn.Linear(2, 3))
+
+
+def with_grad() -> nn.Parameter:
+    p = nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    return p
+
+
+def sgd_for(net) -> torch.optim.Optimizer:
+    return torch.optim.SGD(net.parameters(), lr=0.1)
+
+
+LOSS, BATCHES = nn.CrossEntropyLoss(), [(X, Y.long())]
+CONCISE = {"shape": (1, 1), "plot": False, "verbose": False}
+
+# the rest of the package, the book layer included: (the call as a student writes it,
+# exception type, words the sentence must hold: the argument and the value given)
+MORE = [
+    ("d2l.launch('echo hi')", TypeError, "cmd must be a list of arguments"),
+    ("d2l.launch([])", ValueError, "cmd must hold at least 1 item(s), got []"),
+    ("d2l.run_job(['true'], kill_rank=0, when=True)", TypeError, "when must be a function"),
+    ("d2l.launch_and_kill(['true'], -1, lambda o: True)", ValueError, "rank must be a whole"),
+    ("d2l.mlp([4, 0, 3])", ValueError, "each of widths must be a whole number >= 1, got 0"),
+    ("d2l.mlp(5)", TypeError, "widths must be a list, got 5"),
+    ("d2l.TransformerBlock(256, 0)", ValueError, "num_heads must be a whole number >= 1, got 0"),
+    ("d2l.transformer(0)", ValueError, "vocab must be a whole number >= 1, got 0"),
+    ("d2l.resnet_block(64, 0)", ValueError, "num_residuals must be a whole number >= 1, got 0"),
+    ("d2l.Residual(0)", ValueError, "num_channels must be a whole number >= 1, got 0"),
+    ("d2l.lenet(X, [torch.ones(3)])", ValueError, "params must be the 8 tensors"),
+    ("d2l.lenet_blocks([torch.ones(3)])", ValueError, "params must be the 8 tensors"),
+    ("d2l.materialize(seq(), (1, 5))", ValueError, "batch of shape (1, 5) does not fit net"),
+    ("d2l.init_every_layer(seq(), (1, 5))", ValueError, "batch of shape (1, 5) does not fit"),
+    ("d2l.Accumulator(-1)", ValueError, "n must be a whole number >= 0, got -1"),
+    ("d2l.Accumulator(2.5)", TypeError, "n must be a whole number >= 0, got 2.5"),
+    ("d2l.Accumulator(2).add(1, 2, 3)", ValueError, "got 3 values for 2 sums"),
+    ("d2l.sgd([with_grad()], 0.1, 0)", ValueError, "batch_size must be a finite number > 0, got 0"),
+    ("d2l.sgd([nn.Parameter(torch.ones(2))], 0.1, 4)", ValueError, "has no gradient"),
+    ("d2l.Timer('gpu')", ValueError, "device 'gpu' is not a device PyTorch knows"),
+    ("d2l.synchronize('gpu')", ValueError, "device 'gpu' is not a device PyTorch knows"),
+    ("d2l.amp_dtype('gpu')", ValueError, "device 'gpu' is not a device"),
+    ("d2l.evaluate_accuracy_gpu(seq(), BATCHES, 'gpu')", ValueError, "device 'gpu' is not"),
+    ("d2l.train_concise(seq(), BATCHES, BATCHES, 0, 0.1, **CONCISE)", ValueError, "got 0"),
+    ("d2l.train_concise(seq(), BATCHES, BATCHES, 1, 0.1, 'cpu')", TypeError, "got 'cpu'"),
+    ("d2l.train_concise(seq(), [], BATCHES, 1, 0.1, **CONCISE)", ValueError, "no batches"),
+    ("d2l.peak_tflops('gpu')", ValueError, "device 'gpu' is not a device PyTorch knows"),
+    ("d2l.examples_per_second(BATCHES, 'gpu')", ValueError, "device 'gpu' is not a device"),
+    ("d2l.measure(lambda: 1, device='gpu')", ValueError, "device 'gpu' is not a device"),
+    ("d2l.measure(lambda: 1, repeat=1.5)", TypeError, "repeat must be a whole number, got 1.5"),
+    ("d2l.training_flops(seq(), X, Y[:2].long())", ValueError, "X has 4 examples but y has 2"),
+    ("d2l.pick_backend(0)", ValueError, "world_size must be a whole number >= 1, got 0"),
+    ("d2l.rank_device(-1)", ValueError, "rank must be a whole number >= 0, got -1"),
+    ("d2l.toy_data(-1, 4, 3)", ValueError, "n must be a whole number >= 1, got -1"),
+    ("d2l.toy_data(4, 4, 0)", ValueError, "num_classes must be a whole number >= 1, got 0"),
+    ("d2l.toy_images(2.5)", TypeError, "n must be a whole number >= 1, got 2.5"),
+    ("d2l.get_fashion_mnist_labels([10])", ValueError, "labels are 0 to 9, got [10]"),
+    ("d2l.get_fashion_mnist_labels([-1])", ValueError, "labels are 0 to 9, got [-1]"),
+    ("d2l.add_to_class(3)", TypeError, "Class must be a class such as d2l.Trainer, got 3"),
+    ("d2l.Trainer(-1)", ValueError, "max_epochs must be a whole number >= 0, got -1"),
+    ("d2l.Trainer(2.5)", TypeError, "max_epochs must be a whole number >= 0, got 2.5"),
+    ("d2l.Trainer(1, -1)", ValueError, "num_gpus must be a whole number >= 0, got -1"),
+    ("d2l.Trainer(1, 0, -1.0)", ValueError, "gradient_clip_val must be a finite number >= 0"),
+    ("d2l.Module(0)", ValueError, "plot_train_per_epoch must be a whole number >= 1, got 0"),
+    ("d2l.train_ch6(seq(), BATCHES, BATCHES, 0, 0.1, 'cpu')", ValueError, "num_epochs"),
+    ("d2l.train_ch6(seq(), BATCHES, BATCHES, 1, 0.1, 'gpu')", ValueError, "device 'gpu'"),
+    ("d2l.train_ch6(seq(), [], BATCHES, 1, 0.1, 'cpu')", ValueError, "no batches"),
+    ("d2l.train_ch13(seq(), BATCHES, BATCHES, LOSS, None, 1)", TypeError, "got None"),
+    ("d2l.train_ch13(seq(), BATCHES, BATCHES, 3, None, 1)", TypeError, "loss must be a fun"),
+    ("d2l.train_ch13(seq(), BATCHES, BATCHES, LOSS, sgd_for(seq()), 0)", ValueError, "got 0"),
+    ("d2l.train_ch13(seq(), BATCHES, [], LOSS, sgd_for(seq()), 1, 'cpu')", TypeError, "'cpu'"),
+    ("d2l.load_data_book_style(0)", ValueError, "batch_size must be a whole number >= 1, got 0"),
+    ("d2l.load_data_book_style(8, (32, 32))", TypeError, "got (32, 32)"),
+    ("d2l.load_data_book_style(8, num_workers=-1)", ValueError, "num_workers must be a whole"),
+]
+NAMES = dict(d2l=d2l, torch=torch, nn=nn, seq=seq, with_grad=with_grad, sgd_for=sgd_for)
+NAMES.update(X=X, Y=Y, LOSS=LOSS, BATCHES=BATCHES, CONCISE=CONCISE)
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_bad_input_is_refused_with_a_sentence(name):
     call, kind, words = CASES[name]
     with pytest.raises(kind) as error:
         call()
+    assert words in str(error.value)
+
+
+@pytest.mark.parametrize(("call", "kind", "words"), MORE, ids=[c[0] for c in MORE])
+def test_the_rest_refuses_bad_input_with_a_sentence(call, kind, words):
+    with pytest.raises(kind) as error:
+        eval(call, NAMES)
     assert words in str(error.value)
 
 
@@ -46,3 +133,10 @@ def test_good_input_still_works():
     assert d2l.scale_for_devices(256, 0.1, 2) == (512, 0.2)
     assert len(d2l.split_batch(X, Y, [CPU, CPU])[0]) == 2
     assert d2l.measure(lambda: None, repeat=1) >= 0
+    assert d2l.mlp((4, 8, 3))[0].out_features == 8 and len(d2l.transformer(10, 8, 2, 0)) == 3
+    assert d2l.Accumulator(0).data == [] and d2l.get_fashion_mnist_labels([9]) == ["ankle boot"]
+    assert d2l.Trainer(0, 0, 0).max_epochs == 0 and d2l.pick_backend(1) == "gloo"
+    p = with_grad()
+    d2l.sgd([p], 0.5, 2)
+    assert p.tolist() == [0.75, 0.75] and p.grad.tolist() == [0.0, 0.0]
+    assert d2l.toy_data(3, 2, 1)[1].tolist() == [0, 0, 0] and d2l.rank_device(0) == CPU

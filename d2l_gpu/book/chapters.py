@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from .. import _checks
 from ..devices import try_all_gpus
 from ..models import has_lazy, materialize
 from ..plotting import Animator
@@ -36,6 +37,8 @@ def train_ch6(
     Lazy layers are given their shapes with the first batch before the Xavier init (the book's
     skips them). The examples/sec figure times whole epochs, data loading included.
     """
+    _checks.loop("train_ch6", net, train_iter, num_epochs)
+    _checks.device("train_ch6: device", device, available=True)
     if has_lazy(net):
         X, _ = next(iter(train_iter))
         materialize(net, X.shape)
@@ -103,7 +106,14 @@ def train_ch13(
 
     `devices` defaults to d2l.try_all_gpus() at call time (the book's is fixed at import).
     """
-    devices = [torch.device(d) for d in (devices or try_all_gpus())]
+    _checks.loop("train_ch13", net, train_iter, num_epochs)
+    _checks.callable_("train_ch13: loss", loss)
+    if not (hasattr(trainer, "zero_grad") and hasattr(trainer, "step")):
+        raise TypeError(
+            f"train_ch13: trainer must be an optimizer such as torch.optim.SGD(net.parameters(), "
+            f"lr=0.1), got {trainer!r}"
+        )
+    devices = _checks.devices("train_ch13: devices", devices or try_all_gpus(), available=True)
     timer, num_batches = Timer(devices[0]), len(train_iter)
     animator = Animator(
         xlabel="epoch",

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .. import _checks
 from .board import ProgressBoard
 from .hparams import HyperParameters
 
@@ -18,6 +19,8 @@ class Module(nn.Module, HyperParameters):
     """The base class of models: forward through `self.net`, loss, optimizer, live plots."""
 
     def __init__(self, plot_train_per_epoch: int = 2, plot_valid_per_epoch: int = 1):
+        _checks.whole("Module: plot_train_per_epoch", plot_train_per_epoch)
+        _checks.whole("Module: plot_valid_per_epoch", plot_valid_per_epoch)
         super().__init__()
         self.save_hyperparameters()
         self.board = ProgressBoard()

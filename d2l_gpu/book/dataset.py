@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from PIL import Image  # Pillow: declared in pyproject.toml (matplotlib needs it too)
 
+from .. import _checks
 from ..data.fashion_mnist import read_fashion_mnist
 
 
@@ -29,6 +30,12 @@ class BookStyleDataset(torch.utils.data.Dataset):
 
 def load_data_book_style(batch_size, resize=None, *, root=None, limit=None, num_workers=4):
     """(train_iter, test_iter) as in the book: per-sample Dataset, DataLoader with workers."""
+    _checks.whole("load_data_book_style: batch_size", batch_size)
+    if resize is not None:
+        _checks.whole("load_data_book_style: resize (the side of a square)", resize)
+    if limit is not None:
+        _checks.whole("load_data_book_style: limit", limit)
+    _checks.whole("load_data_book_style: num_workers", num_workers, least=0)
     raw = read_fashion_mnist(root)
     n = slice(None, limit)
     sets = [

@@ -17,6 +17,8 @@ def add_to_class(Class: type) -> Callable:
     The book's helper (d2l 1.0, docs/maintaining.md). Unlike the book's, it returns the function,
     so the decorated name stays usable where it was defined.
     """
+    if not isinstance(Class, type):
+        raise TypeError(f"add_to_class: Class must be a class such as d2l.Trainer, got {Class!r}")
 
     def register(obj):
         setattr(Class, obj.__name__, obj)

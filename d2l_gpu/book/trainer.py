@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _checks
 from ..devices import gpu
 from ..devices import num_gpus as _num_gpus
 from .hparams import HyperParameters
@@ -19,6 +20,10 @@ class Trainer(HyperParameters):
     """Train a d2l Module on a d2l DataModule for `max_epochs` epochs."""
 
     def __init__(self, max_epochs: int, num_gpus: int = 0, gradient_clip_val: float = 0):
+        # the checks assign no local variable: save_hyperparameters keeps every one
+        _checks.whole("Trainer: max_epochs", max_epochs, least=0)
+        _checks.whole("Trainer: num_gpus", num_gpus, least=0)
+        _checks.number("Trainer: gradient_clip_val", gradient_clip_val)
         self.save_hyperparameters()
         self.gpus = [gpu(i) for i in range(min(num_gpus, _num_gpus()))]
 

@@ -250,4 +250,6 @@ def get_fashion_mnist_labels(labels):
         "bag",
         "ankle boot",
     ]
+    if any(not 0 <= int(i) < len(text_labels) for i in labels):
+        raise ValueError(f"Fashion-MNIST labels are 0 to 9, got {[int(i) for i in labels]}")
     return [text_labels[int(i)] for i in labels]

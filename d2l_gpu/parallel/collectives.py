@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .. import _checks
 from ..distributed import rank_device
 
 
@@ -41,6 +42,7 @@ def open_reverse_links() -> None:
     # Gloo moves the two directions of one connection one after the other, so two ranks that
     # exchange data at once would get half their link each. A second group opens a second
     # connection between every pair of ranks: one carries messages up, the other down.
+    _checks.in_group("open_reverse_links")
     if dist.get_backend() == "gloo" and _REVERSE.get("world") is not dist.group.WORLD:
         _REVERSE.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo"))
 
@@ -162,6 +164,10 @@ def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) 
     """Rows (algorithm, k, ints equal, floats close, same bits) against all_reduce (lesson 12)."""
     # Every algorithm on ranks 0..k-1 for k = 2 .. world_size, with integers and floats of
     # uneven sizes; the flags are combined over the ranks, so every rank returns the same rows.
+    _checks.ranks("check_worker", rank, world_size, least=2)
+    for n in _checks.items("check_worker: sizes", sizes):
+        _checks.whole("check_worker: each of sizes", n, least=0)
+    _checks.in_group("check_worker", rank, world_size)
     open_reverse_links()
     dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
     device, rows = rank_device(rank), []

@@ -8,6 +8,7 @@ predict the collectives of `collectives.py` from one fitted (alpha, beta) per li
 
 from __future__ import annotations
 
+import math
 import queue
 import statistics
 import threading
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .. import _checks
 from ..distributed import rank_device
+from . import worker_args
 from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
 
 
@@ -27,6 +30,11 @@ class AlphaBeta:
 
     alpha: float
     beta: float
+
+    def __post_init__(self) -> None:
+        _checks.number("AlphaBeta: alpha (seconds per message)", self.alpha)
+        if self.beta != math.inf:
+            _checks.number("AlphaBeta: beta (bytes per second)", self.beta, positive=True)
 
     def time(self, nbytes: float) -> float:
         """Predicted seconds of one message of `nbytes` bytes over this link."""
@@ -58,11 +66,14 @@ def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> 
 def ps_time(link: AlphaBeta, nbytes: float, k: int, num_servers: int = 1) -> float:
     """Seconds of `ps_push_pull` over k ranks: a server's k-1 slices in, k-1 out (lesson 12)."""
     # All servers work at once. A dedicated server (the book's CPU) makes k + 1 ranks.
+    _check_model("ps_time", nbytes, link=link, k=k)
+    _checks.whole("ps_time: num_servers", num_servers, most=k)
     return 2 * (k - 1) * link.time(nbytes / num_servers)
 
 
 def ring_time(link: AlphaBeta, nbytes: float, k: int) -> float:
     """Seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k (lesson 12)."""
+    _check_model("ring_time", nbytes, link=link, k=k)
     return 0.0 if k == 1 else 2 * (k - 1) * link.time(nbytes / k)
 
 
@@ -70,6 +81,8 @@ def hierarchical_time(
     inside: AlphaBeta, between: AlphaBeta, nbytes: float, machines: int, local_size: int
 ) -> float:
     """Seconds of `hierarchical_all_reduce`: reduce in, ring across, broadcast in (lesson 12)."""
+    _check_model("hierarchical_time", nbytes, inside=inside, between=between)
+    _check_model("hierarchical_time", nbytes, machines=machines, local_size=local_size)
     local = (local_size - 1) * inside.time(nbytes)  # the leader receives, later sends, one by one
     return 2 * local + ring_time(between, nbytes, machines)
 
@@ -77,11 +90,29 @@ def hierarchical_time(
 def pipeline_time(compute: list[float], comm: list[float]) -> float:
     """Seconds until the last message ends; message i starts after compute i (lesson 12)."""
     # Compute runs back to back; messages go one at a time, in order.
+    compute, comm = _checks.items("pipeline_time: compute", compute), list(comm)
+    if len(compute) != len(comm):
+        raise ValueError(
+            f"pipeline_time: compute has {len(compute)} times but comm has {len(comm)}; "
+            "give one message time per compute time"
+        )
+    for t in compute + comm:
+        _checks.number("pipeline_time: each time", t)
     ready = done = 0.0
     for c, m in zip(compute, comm, strict=True):
         ready += c
         done = max(done, ready) + m
     return max(done, ready)
+
+
+def _check_model(caller: str, nbytes, **given) -> None:
+    """Refuse bytes below 0, a link that is not an AlphaBeta, a count of ranks below 1."""
+    _checks.number(f"{caller}: nbytes", nbytes)
+    for name, value in given.items():
+        if name in ("link", "inside", "between") and not isinstance(value, AlphaBeta):
+            raise TypeError(f"{caller}: {name} must be an AlphaBeta(alpha, beta), got {value!r}")
+        if name not in ("link", "inside", "between"):
+            _checks.whole(f"{caller}: {name}", value)
 
 
 # ---- measuring, inside every rank of a process group ----------------------------------------
@@ -124,6 +155,7 @@ def pingpong_worker(
 ) -> dict:
     """Seconds of one message per size between the ranks of `pair`: half a ping-pong (lesson 12)."""
     # Every rank calls it; the ranks outside `pair` only wait at the barriers.
+    worker_args.pingpong(rank, world_size, sizes, rounds, pair)
     device = rank_device(rank)
     first, second = pair
     ops, inner = {}, {}
@@ -160,6 +192,7 @@ def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: in
     """{case: seconds} of cases (algorithm, k, nbytes[, compute_s]) on ranks 0..k-1 (lesson 12)."""
     # The algorithm is a name of ALGORITHMS. With compute_s > 0 a case is a training step: a sleep
     # standing in for a device computing the gradients, then the all-reduce.
+    worker_args.collective(rank, world_size, cases, rounds)
     device, out = rank_device(rank), {}
     open_reverse_links()
     dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
@@ -203,6 +236,7 @@ def overlap_worker(
     # 'per layer' lets a second thread reduce each one as soon as it is ready; 'buckets' does the
     # same with gradients grouped as DDP does. The backward and the all-reduces are also timed
     # alone, so that a model can predict how they combine.
+    worker_args.overlap(rank, world_size, layer_bytes, compute_s, bucket_bytes, rounds)
     device = rank_device(rank)
     open_reverse_links()
     grads = [torch.ones(max(1, n // 4), device=device) for n in layer_bytes]

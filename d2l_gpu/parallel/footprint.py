@@ -22,6 +22,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import _checks
 from ..devices import synchronize
 
 MiB = 2**20
@@ -31,7 +32,7 @@ class MemoryMeter:
     """Bytes allocated inside a `with` block: `peak` (highest point) and `held` (still alive)."""
 
     def __init__(self, device: torch.device | str = "cpu"):
-        self.device = torch.device(device)
+        self.device = _checks.device("MemoryMeter: device", device, available=True)
         self.peak = self.held = 0
 
     def __enter__(self) -> MemoryMeter:
@@ -148,7 +149,7 @@ def tensor_bytes(*things) -> int:
 
 def allocated_bytes(device: torch.device) -> int | None:
     """Bytes CUDA's allocator has handed out on `device` now; None elsewhere (no statistics)."""
-    if torch.device(device).type != "cuda":
+    if _checks.device("allocated_bytes: device", device).type != "cuda":
         return None
     torch.cuda.synchronize(device)
     return torch.cuda.memory_allocated(device)
@@ -161,6 +162,9 @@ def train_measured(step, steps: int, device: torch.device, keep, baseline=None) 
     since `baseline`, from `allocated_bytes`; otherwise the storages of the tensors in `keep`);
     the peak (held plus the smallest highest extra allocation of steps 2 and 3); the median time.
     """
+    _checks.callable_("train_measured: step", step)
+    _checks.whole("train_measured: steps", steps)
+    _checks.device("train_measured: device", device)
     outputs = [step()]  # the first step creates gradients and optimizer state
     now = allocated_bytes(device)
     held = now - baseline if now is not None and baseline is not None else tensor_bytes(keep)
@@ -188,6 +192,10 @@ def train_measured(step, steps: int, device: torch.device, keep, baseline=None) 
 
 def step_seconds(step, device: torch.device, repeat: int = 3, warmup: int = 1) -> float:
     """Median wall time of `step()` on this rank, the device synchronised, ranks aligned first."""
+    _checks.callable_("step_seconds: step", step)
+    _checks.device("step_seconds: device", device)
+    _checks.whole("step_seconds: repeat", repeat)
+    _checks.whole("step_seconds: warmup", warmup, least=0)
     for _ in range(warmup):
         step()
     times = []

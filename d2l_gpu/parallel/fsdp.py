@@ -15,14 +15,14 @@ from torch.nn import functional as F
 from ..data.toy import toy_data
 from ..distributed import full_tensor, rank_device
 from ..models import mlp
+from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
 from .memory import checkpoint_every
 
 
 def _data_parallel_run(net, rank, world, widths, steps, batch_size, lr, dtype, seed, device, base):
     """Adam steps on this rank's part of each batch; measured, and one step's collectives."""
-    if batch_size % world:
-        raise ValueError(f"a batch of {batch_size} does not split evenly over {world} ranks")
+    worker_args.even_batch(batch_size, world)
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
     X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
@@ -59,6 +59,7 @@ def fsdp_worker(
     """
     from torch.distributed.fsdp import fully_shard
 
+    worker_args.fsdp(rank, world, widths, steps, batch_size)
     device = rank_device()
     baseline = allocated_bytes(device)
     net = mlp(widths, seed, dtype).to(device)

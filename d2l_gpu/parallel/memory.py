@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .. import _checks
+
 # numbers of optimizer state per parameter: SGD none, SGD with momentum one, Adam two
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
@@ -51,6 +53,13 @@ def bytes_per_rank(breakdown: dict[str, int], k: int, stage: int = 0) -> dict[st
 
     Each rank computes on 1/k of the batch, so it keeps 1/k of the activations at any stage.
     """
+    if not isinstance(breakdown, dict):
+        raise TypeError(
+            f"bytes_per_rank: breakdown must be the dict d2l.memory_breakdown returns, got "
+            f"{breakdown!r}"
+        )
+    _checks.whole("bytes_per_rank: k", k)
+    _checks.whole("bytes_per_rank: stage", stage, least=0)
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"ZeRO stage {stage} does not exist; use 0 (plain), 1, 2 or 3")
     sharded = {1: ["optimizer state"], 2: ["optimizer state", "gradients"]}
@@ -64,7 +73,7 @@ class Checkpointed(nn.Module):
 
     def __init__(self, module: nn.Module):
         super().__init__()
-        self.module = module
+        self.module = _checks.module("Checkpointed: module", module)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled():
@@ -74,6 +83,7 @@ class Checkpointed(nn.Module):
 
 def checkpoint_every(net: nn.Sequential, every: int = 1) -> nn.Sequential:
     """The same units (shared, not copied), each group of `every` units checkpointed."""
-    units = list(net.children())
+    units = list(_checks.module("checkpoint_every: net", net, sequential=True).children())
+    _checks.whole("checkpoint_every: every", every)
     groups = [units[i : i + every] for i in range(0, len(units), every)]
     return nn.Sequential(*(Checkpointed(nn.Sequential(*g)) for g in groups))

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 from ..data.toy import toy_data
 from ..distributed import rank_device
 from ..models import mlp
+from . import worker_args
 from .footprint import allocated_bytes, train_measured
 from .schedules import SCHEDULES, stage_backward, stage_forward
 from .splitting import split_stages
@@ -140,6 +141,7 @@ def pipeline_worker(
     Returns per run: this stage's parameters, the losses (last rank), the events of the last
     step, the bytes this rank held and its peak, and the median step time (`train_measured`).
     """
+    worker_args.pipeline(rank, world, widths, runs, steps, batch_size)
     device = rank_device()
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
     job = (rank, world, widths, dtype, seed, device)
@@ -188,6 +190,7 @@ def torch_pipeline_worker(
     """The same training with torch.distributed.pipelining's PipelineStage and schedules."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+    worker_args.torch_pipeline(rank, world, widths, schedule, num_microbatches, steps, batch_size)
     device = rank_device()
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
     X, y = X.to(device), y.to(device)

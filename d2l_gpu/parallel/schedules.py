@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .. import _checks
 from ..devices import try_all_gpus
 
 Action = tuple[str, int]  # ("F", i): forward of micro-batch i; ("B", i): its backward
@@ -20,12 +21,16 @@ Action = tuple[str, int]  # ("F", i): forward of micro-batch i; ("B", i): its ba
 
 def stage_devices(k: int) -> list[torch.device]:
     """k devices for k stages: one per accelerator, reused round-robin when there are fewer."""
+    _checks.whole("stage_devices: k", k)
     physical = try_all_gpus()
     return [physical[i % len(physical)] for i in range(k)]
 
 
 def place_stages(stages: list[nn.Module], devices: list[torch.device]) -> list[nn.Module]:
     """A copy of stage s on devices[s] (a real copy, even when devices repeat)."""
+    for s in _checks.items("place_stages: stages", stages):
+        _checks.module("place_stages: each of stages", s)
+    devices = _checks.devices("place_stages: devices", devices, available=True)
     if len(stages) != len(devices):
         raise ValueError(f"{len(stages)} stages but {len(devices)} devices: give one device each")
     return [copy.deepcopy(s).to(d) for s, d in zip(stages, devices, strict=True)]
@@ -81,6 +86,24 @@ def one_f_one_b_schedule(p: int, m: int) -> list[list[Action]]:
 SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
 
 
+def _check_schedule(caller: str, schedule) -> list[list[Action]]:
+    """`schedule` if it is one list of actions ('F', i) or ('B', i) per stage, else a sentence."""
+    rows = _checks.items(f"{caller}: schedule", schedule)
+    for s, acts in enumerate(rows):
+        seen = set()
+        for action in _checks.items(f"{caller}: schedule[{s}]", acts):
+            kind, i = action if isinstance(action, (tuple, list)) and len(action) == 2 else (0, 0)
+            if kind not in ("F", "B") or isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                raise ValueError(
+                    f"{caller}: schedule[{s}] holds {action!r}; each action is ('F', i) or "
+                    "('B', i), i a micro-batch number >= 0 (see d2l.gpipe_schedule(p, m))"
+                )
+            if (kind, i) in seen:
+                raise ValueError(f"{caller}: schedule[{s}] runs {action!r} twice; once is enough")
+            seen.add((kind, i))
+    return rows
+
+
 def bubble_fraction(p: int, m: int) -> float:
     """The idle share of a pipeline of p equal stages and m micro-batches: (p-1)/(m+p-1)."""
     return (p - 1) / (m + p - 1)
@@ -98,6 +121,11 @@ def walk_schedule(schedule: list[list[Action]]):
     are swept in turn, each running its next action once what it needs is done. The one walker
     of the simulator and the executor that lesson 10 runs; raises RuntimeError on a schedule that
     deadlocks."""
+    return _walk(_check_schedule("walk_schedule", schedule))
+
+
+def _walk(schedule: list[list[Action]]):
+    """The generator behind walk_schedule, which checks the schedule first (at the call)."""
     p = len(schedule)
     pos, done = [0] * p, set()
     while any(pos[s] < len(schedule[s]) for s in range(p)):
@@ -124,6 +152,9 @@ def simulate_schedule(schedule: list[list[Action]], t_forward=1.0, t_backward=2.
 
     Returns events (stage, kind, micro-batch, start, end); raises on a schedule that deadlocks.
     """
+    _check_schedule("simulate_schedule", schedule)
+    _checks.number("simulate_schedule: t_forward", t_forward)
+    _checks.number("simulate_schedule: t_backward", t_backward)
     p = len(schedule)
     free_at, finish, events = [0.0] * p, {}, []
     for s, kind, i in walk_schedule(schedule):
@@ -139,8 +170,14 @@ def simulate_schedule(schedule: list[list[Action]], t_forward=1.0, t_backward=2.
 
 def idle_fraction(events: list[tuple]) -> float:
     """1 - busy time / (stages x span): the bubble of a timeline (simulated or measured)."""
+    events = _checks.items("idle_fraction: events", events)
     stages = {e[0] for e in events}
     span = max(e[4] for e in events) - min(e[3] for e in events)
+    if not span > 0:
+        raise ValueError(
+            f"idle_fraction: the events span {span} s, so there is no idle share to compute; "
+            "give events (stage, kind, i, start, end) that take time"
+        )
     busy = sum(e[4] - e[3] for e in events)
     return 1.0 - busy / (len(stages) * span)
 
@@ -148,7 +185,7 @@ def idle_fraction(events: list[tuple]) -> float:
 def max_in_flight(schedule: list[list[Action]]) -> list[int]:
     """Per stage, the most micro-batches held at once (forward done, backward not yet)."""
     peaks = []
-    for acts in schedule:
+    for acts in _check_schedule("max_in_flight", schedule):
         alive = peak = 0
         for kind, _ in acts:
             alive += 1 if kind == "F" else -1
@@ -166,6 +203,7 @@ def run_schedule(
     loss_fn=F.cross_entropy,
 ) -> float:
     """One pipelined step in one process; gradients accumulate as for the whole batch X."""
+    _check_run(stages, devices, schedule, X, y)
     p, m = len(stages), len(schedule[0]) // 2
     Xs, ys = X.tensor_split(m), y.tensor_split(m)
     inputs, outputs, grads, losses = {}, {}, {}, []
@@ -182,3 +220,17 @@ def run_schedule(
             grad = None if s == p - 1 else grads.pop((s + 1, i))
             grads[(s, i)] = stage_backward(inputs.pop((s, i)), out, grad)
     return sum(losses)
+
+
+def _check_run(stages, devices, schedule, X, y) -> None:
+    """Refuse run_schedule's arguments unless there is one device and one row per stage."""
+    counts = (len(_checks.items("run_schedule: stages", stages)),
+              len(_checks.devices("run_schedule: devices", devices)),
+              len(_check_schedule("run_schedule", schedule)))  # fmt: skip
+    if len(set(counts)) > 1:
+        raise ValueError(
+            "run_schedule got {} stages, {} devices and a schedule of {} stages: give one "
+            "device and one row of the schedule per stage".format(*counts)
+        )
+    if len(X) != len(y):
+        raise ValueError(f"run_schedule: X has {len(X)} examples but y has {len(y)}")

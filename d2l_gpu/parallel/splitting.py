@@ -12,9 +12,12 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .. import _checks
+
 
 def layer_table(net: nn.Sequential, X: torch.Tensor) -> list[dict]:
     """Per unit (child) of `net`: parameters, outputs per example, forward FLOPs per example."""
+    _check_net_and_batch("layer_table", net, X)
     rows, h, was_training = [], X, net.training
     net.eval()  # the same FLOPs, and BatchNorm's running statistics stay untouched
     with torch.no_grad():
@@ -38,6 +41,10 @@ def balanced_cuts(costs: list[float], k: int) -> list[int]:
 
     A cut never falls just before a unit that costs nothing: such units join the group before
     them, so that a cut after a convolution sends the activation after its ReLU and pooling."""
+    costs = _checks.items("balanced_cuts: costs", costs)
+    for c in costs:
+        _checks.number("balanced_cuts: each of costs", c)
+    _checks.whole("balanced_cuts: k", k)
     n = len(costs)
     if not 1 <= k <= n:
         raise ValueError(f"cannot cut {n} units into {k} stages: need 1 <= stages <= {n}")
@@ -68,7 +75,12 @@ def balanced_cuts(costs: list[float], k: int) -> list[int]:
 
 def split_stages(net: nn.Sequential, k: int, costs: list[float] | None = None) -> list:
     """Cut `net` into k consecutive stages (copies), balancing `costs` (default: unit counts)."""
-    units = list(net.children())
+    units = list(_checks.module("split_stages: net", net, sequential=True).children())
+    if costs is not None and len(costs) != len(units):
+        raise ValueError(
+            f"split_stages: costs has {len(costs)} values but net has {len(units)} units; "
+            "give one cost per child of net (or costs=None to count units)"
+        )
     bounds = balanced_cuts(costs if costs is not None else [1.0] * len(units), k)
     pairs = zip(bounds, bounds[1:], strict=False)
     return [copy.deepcopy(nn.Sequential(*units[a:b])) for a, b in pairs]
@@ -76,6 +88,9 @@ def split_stages(net: nn.Sequential, k: int, costs: list[float] | None = None) -
 
 def split_costs(net: nn.Sequential, X: torch.Tensor, k: int, bytes_per_number: int = 4) -> dict:
     """Per device and step, for batch X on k devices: parameters, FLOPs, bytes sent, by strategy."""
+    _check_net_and_batch("split_costs", net, X)
+    _checks.whole("split_costs: k", k)
+    _checks.whole("split_costs: bytes_per_number", bytes_per_number)
     rows = layer_table(net, X[:1])
     B, b = len(X), bytes_per_number
     P = sum(r["params"] for r in rows)
@@ -106,3 +121,12 @@ def split_costs(net: nn.Sequential, X: torch.Tensor, k: int, bytes_per_number: i
             "bytes_sent": 2 * frac * acts * B * b,  # gather each output, reduce each input grad
         },
     }
+
+
+def _check_net_and_batch(caller: str, net, X) -> None:
+    """Refuse a net that is not an nn.Sequential of units, or X that is not a batch of examples."""
+    if not list(_checks.module(f"{caller}: net", net, sequential=True).children()):
+        raise ValueError(f"{caller}: net is an empty nn.Sequential; give it the layers to count")
+    if not isinstance(X, torch.Tensor) or X.dim() == 0 or len(X) == 0:
+        what = f"shape {tuple(X.shape)}" if isinstance(X, torch.Tensor) else repr(X)
+        raise ValueError(f"{caller}: X must be a batch of at least one example, got {what}")

@@ -15,9 +15,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
+from .. import _checks
 from ..data.toy import toy_data, toy_images
 from ..distributed import rank_device
 from ..models import lenet_sequential, mlp
+from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
 
 
@@ -113,6 +115,8 @@ class ChannelParallelConv2d(nn.Module):
 
 def megatron_mlp(net: nn.Sequential, rank: int, world: int) -> nn.Sequential:
     """Split each (Linear, ReLU, Linear) pair of `net`: columns, then rows; the rest replicated."""
+    _checks.module("megatron_mlp: net", net, sequential=True)
+    _checks.ranks("megatron_mlp", rank, world)
     units, out, i = list(net.children()), [], 0
     while i < len(units):
         pair = units[i : i + 3]
@@ -128,6 +132,8 @@ def megatron_mlp(net: nn.Sequential, rank: int, world: int) -> nn.Sequential:
 
 def channel_parallel_convs(net: nn.Sequential, rank: int, world: int) -> nn.Sequential:
     """Split every Conv2d of `net` by output channels; every other layer is replicated."""
+    _checks.module("channel_parallel_convs: net", net, sequential=True)
+    _checks.ranks("channel_parallel_convs", rank, world)
     return nn.Sequential(
         *(
             ChannelParallelConv2d(u, rank, world) if isinstance(u, nn.Conv2d) else copy.deepcopy(u)
@@ -138,6 +144,7 @@ def channel_parallel_convs(net: nn.Sequential, rank: int, world: int) -> nn.Sequ
 
 def full_parameters(net: nn.Module) -> list[torch.Tensor]:
     """Every parameter of a split net put back together (all-gathered); replicated ones as is."""
+    _checks.in_group("full_parameters")
     out = []
     for module in net.children():
         for name, p in module.named_parameters(recurse=False):
@@ -187,6 +194,7 @@ def tensor_parallel_worker(
     Returns the full parameters after training (gathered), the losses, the median step time,
     the collectives of one step and the bytes this rank allocated (peak, held).
     """
+    worker_args.tensor_parallel(rank, world, model, widths, steps, batch_size)
     device = rank_device()
     if model == "mlp":
         X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
@@ -223,6 +231,7 @@ def torch_tensor_parallel_worker(
         parallelize_module,
     )
 
+    worker_args.torch_tensor_parallel(rank, world, widths, steps, batch_size)
     device = rank_device()
     mesh = init_device_mesh(device.type, (world,))
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)

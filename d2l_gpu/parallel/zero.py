@@ -15,9 +15,11 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from .. import _checks
 from ..data.toy import toy_data
 from ..distributed import rank_device
 from ..models import mlp
+from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -154,10 +156,7 @@ def zero_worker(
     Returns the full trained parameters (weight, bias per layer), the local losses, the bytes
     this rank holds and its peak, the median step time, and one step's collectives.
     """
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage {stage} does not exist; use 0 (plain), 1, 2 or 3")
-    if batch_size % world:
-        raise ValueError(f"a batch of {batch_size} does not split evenly over {world} ranks")
+    worker_args.zero(rank, world, stage, widths, steps, batch_size)
     device = rank_device()
     X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
     X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
@@ -182,4 +181,6 @@ def zero_worker(
 
 def zero_stages_worker(rank: int, world: int, stages: list[int], *args) -> list[dict]:
     """`zero_worker` for each ZeRO stage in `stages`, one after the other, in one process group."""
+    for stage in _checks.items("zero_stages_worker: stages", stages):  # all, before the first
+        worker_args.zero_stage("zero_stages_worker", stage)
     return [zero_worker(rank, world, stage, *args) for stage in stages]

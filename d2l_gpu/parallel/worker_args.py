@@ -1,0 +1,176 @@
+"""The argument checks of the workers that `run_workers` starts (lessons 10-12): each refuses
+bad input in one sentence before any message is sent.
+
+A worker calls its check first: a rank or size out of range, a width, schedule, stage or case
+that cannot work, or a call outside a process group (or with a rank and size that are not the
+process's own) is named at once, instead of failing deep inside PyTorch or hanging a collective.
+"""
+
+from __future__ import annotations
+
+from .. import _checks
+from .collectives import ALGORITHMS
+from .schedules import SCHEDULES
+
+LENET_CHANNELS = (20, 50)  # the output channels of lenet_sequential's two convolutions
+
+
+def _group(caller: str, rank, world, *, needed: bool = True) -> None:
+    """The last check: the process group is open and this process is `rank` of `world`."""
+    if needed:
+        _checks.in_group(caller, rank, world)
+
+
+def training(caller: str, rank, world, widths, steps, batch_size) -> None:
+    """Rank and size, the MLP's widths (two or more), steps and batch size of a training worker."""
+    _checks.ranks(caller, rank, world)
+    if widths is not None:
+        for w in _checks.items(f"{caller}: widths", widths, least=2):
+            _checks.whole(f"{caller}: each of widths", w)
+    _checks.whole(f"{caller}: steps", steps)
+    _checks.whole(f"{caller}: batch_size", batch_size)
+
+
+def _stages_fit(caller: str, widths, world) -> None:
+    """Refuse more pipeline stages than the MLP of `widths` has units (Linear and ReLU layers)."""
+    units = 2 * (len(widths) - 1) - 1
+    if units < world:
+        raise ValueError(
+            f"{caller}: widths={list(widths)} make an MLP of {units} layers, too few for "
+            f"{world} stages (one per rank); give more widths or start fewer ranks"
+        )
+
+
+def pipeline(rank, world, widths, runs, steps, batch_size) -> None:
+    """pipeline_worker's arguments: runs [(schedule, micro-batches), ...] that fit the batch."""
+    training("pipeline_worker", rank, world, widths, steps, batch_size)
+    _stages_fit("pipeline_worker", widths, world)
+    for run in _checks.items("pipeline_worker: runs", runs):
+        if not isinstance(run, (tuple, list)) or len(run) != 2:
+            raise ValueError(
+                f"pipeline_worker: each of runs is (schedule, micro-batches), e.g. ('gpipe', 4), "
+                f"got {run!r}"
+            )
+        _checks.one_of("pipeline_worker: a run's schedule", run[0], SCHEDULES)
+        _checks.whole(f"pipeline_worker: micro-batches of {run!r}", run[1], most=batch_size)
+    _group("pipeline_worker", rank, world, needed=world > 1)
+
+
+def torch_pipeline(rank, world, widths, schedule, num_microbatches, steps, batch_size) -> None:
+    """torch_pipeline_worker's arguments."""
+    training("torch_pipeline_worker", rank, world, widths, steps, batch_size)
+    _stages_fit("torch_pipeline_worker", widths, world)
+    _checks.one_of("torch_pipeline_worker: schedule", schedule, SCHEDULES)
+    _checks.whole("torch_pipeline_worker: num_microbatches", num_microbatches, most=batch_size)
+    _group("torch_pipeline_worker", rank, world)
+
+
+def tensor_parallel(rank, world, model, widths, steps, batch_size) -> None:
+    """tensor_parallel_worker's arguments: the split layers divide evenly over the ranks."""
+    caller = "tensor_parallel_worker"
+    if model not in ("mlp", "lenet"):
+        raise ValueError(f"model {model!r} is not known; use 'mlp' or 'lenet'")
+    training(caller, rank, world, widths if model == "mlp" else None, steps, batch_size)
+    if model == "mlp":  # each (Linear, ReLU, Linear) pair splits the width between its Linears
+        split = list(widths)[1::2][: (len(widths) - 1) // 2]
+        if any(w % world for w in split):
+            raise ValueError(
+                f"{caller}: widths={list(widths)} split the hidden widths {split} over {world} "
+                f"ranks, which needs multiples of {world}; change the widths or the ranks"
+            )
+    elif model == "lenet" and any(c % world for c in LENET_CHANNELS):
+        raise ValueError(
+            f"{caller}: model='lenet' splits 20 and 50 channels over the ranks, which {world} "
+            "ranks cannot do evenly; start 1, 2, 5 or 10 ranks"
+        )
+    _group(caller, rank, world)
+
+
+def torch_tensor_parallel(rank, world, widths, steps, batch_size) -> None:
+    """torch_tensor_parallel_worker's arguments."""
+    training("torch_tensor_parallel_worker", rank, world, widths, steps, batch_size)
+    _group("torch_tensor_parallel_worker", rank, world)
+
+
+def zero(rank, world, stage, widths, steps, batch_size) -> None:
+    """zero_worker's arguments: a ZeRO stage 0-3 and a batch that splits evenly over the ranks."""
+    training("zero_worker", rank, world, widths, steps, batch_size)
+    zero_stage("zero_worker", stage)
+    even_batch(batch_size, world)
+    _group("zero_worker", rank, world)
+
+
+def zero_stage(caller: str, stage) -> None:
+    """Refuse a ZeRO stage other than 0 (plain data parallelism), 1, 2 or 3."""
+    _checks.whole(f"{caller}: stage", stage, least=0)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage {stage} does not exist; use 0 (plain), 1, 2 or 3")
+
+
+def fsdp(rank, world, widths, steps, batch_size) -> None:
+    """fsdp_worker's arguments: a batch that splits evenly over the ranks."""
+    training("fsdp_worker", rank, world, widths, steps, batch_size)
+    even_batch(batch_size, world)
+    _group("fsdp_worker", rank, world)
+
+
+def even_batch(batch_size: int, world: int) -> None:
+    """Refuse a batch that does not split into equal parts, one per rank."""
+    if batch_size % world:
+        raise ValueError(f"a batch of {batch_size} does not split evenly over {world} ranks")
+
+
+def pingpong(rank, world, sizes, rounds, pair) -> None:
+    """pingpong_worker's arguments: two different ranks of the group, sizes in bytes."""
+    _checks.ranks("pingpong_worker", rank, world, least=2)
+    for n in _checks.items("pingpong_worker: sizes", sizes):
+        _checks.whole("pingpong_worker: each of sizes (bytes)", n, least=0)
+    _checks.whole("pingpong_worker: rounds", rounds)
+    two = isinstance(pair, (tuple, list)) and len(pair) == 2 and pair[0] != pair[1]
+    if not two or not all(isinstance(r, int) and 0 <= r < world for r in pair):
+        raise ValueError(
+            f"pingpong_worker: pair must be two different ranks below {world} (the world size), "
+            f"e.g. (0, 1), got {pair!r}"
+        )
+    _group("pingpong_worker", rank, world)
+
+
+def collective(rank, world, cases, rounds) -> None:
+    """collective_worker's arguments: cases (algorithm, k, nbytes[, compute_s]) with k <= world."""
+    _checks.ranks("collective_worker", rank, world)
+    for case in _checks.items("collective_worker: cases", cases):
+        if not isinstance(case, (tuple, list)) or len(case) not in (3, 4):
+            raise ValueError(
+                "collective_worker: each case is (algorithm, k, nbytes) or (algorithm, k, "
+                f"nbytes, compute_s), got {case!r}"
+            )
+        name, k, nbytes, *compute = case
+        _checks.one_of("collective_worker: a case's algorithm", name, ALGORITHMS)
+        _checks.whole(f"collective_worker: k of {case!r}", k, most=world)
+        _checks.whole(f"collective_worker: nbytes of {case!r}", nbytes, least=0)
+        for c in compute:
+            _checks.number(f"collective_worker: compute_s of {case!r}", c)
+        if name == "hierarchical" and k % 2:
+            raise ValueError(
+                f"collective_worker: case {case!r} runs 'hierarchical' (machines of 2 ranks) on "
+                "an odd number of ranks; give it an even k"
+            )
+    _checks.whole("collective_worker: rounds", rounds)
+    _group("collective_worker", rank, world)
+
+
+def overlap(rank, world, layer_bytes, compute_s, bucket_bytes, rounds) -> None:
+    """overlap_worker's arguments: one backward time per layer, sizes and times >= 0."""
+    _checks.ranks("overlap_worker", rank, world)
+    layer_bytes = _checks.items("overlap_worker: layer_bytes", layer_bytes)
+    if len(_checks.items("overlap_worker: compute_s", compute_s)) != len(layer_bytes):
+        raise ValueError(
+            f"overlap_worker: layer_bytes has {len(layer_bytes)} layers but compute_s has "
+            f"{len(compute_s)} times; give one backward time per layer"
+        )
+    for n, c in zip(layer_bytes, compute_s, strict=True):
+        _checks.whole("overlap_worker: each of layer_bytes", n, least=0)
+        _checks.number("overlap_worker: each of compute_s", c)
+    _checks.whole("overlap_worker: bucket_bytes", bucket_bytes, least=0)
+    _checks.whole("overlap_worker: rounds", rounds)
+    _group("overlap_worker", rank, world)
