@@ -63,7 +63,6 @@ MORE = [
     ("d2l.transformer(0)", ValueError, "vocab must be a whole number >= 1, got 0"),
     ("d2l.resnet_block(64, 0)", ValueError, "num_residuals must be a whole number >= 1, got 0"),
     ("d2l.Residual(0)", ValueError, "num_channels must be a whole number >= 1, got 0"),
-    ("d2l.lenet(X, [torch.ones(3)])", ValueError, "params must be the 8 tensors"),
     ("d2l.lenet_blocks([torch.ones(3)])", ValueError, "params must be the 8 tensors"),
     ("d2l.materialize(seq(), (1, 5))", ValueError, "batch of shape (1, 5) does not fit net"),
     ("d2l.init_every_layer(seq(), (1, 5))", ValueError, "batch of shape (1, 5) does not fit"),
