@@ -6,8 +6,8 @@ as each rank that torchrun starts, never pays for matplotlib. `_NAMES` says wher
 
 Layout: the top level says the role, each subpackage holds one kind of thing.
 
-    core (top level)  devices, models (every model, once), training, recipe, plotting, perf,
-                      distributed, workers, jobs, stopping, _fs, _live
+    core (top level)  devices, models and gpt (every model, once), training, recipe,
+                      plotting, perf, distributed, workers, jobs, stopping, _fs, _live
     data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
     parallel/         one module per parallelism technique the lessons build (see its docstring)
     book/             the book's own names and classes (HyperParameters, Trainer, train_ch6, ...)
@@ -53,7 +53,6 @@ _NAMES = {
     "models": [
         "LeNet",
         "Residual",
-        "TransformerBlock",
         "has_lazy",
         "init_every_layer",
         "init_weights",
@@ -65,7 +64,6 @@ _NAMES = {
         "mlp",
         "resnet18",
         "resnet_block",
-        "transformer",
     ],
     "perf": [
         "PEAK_TFLOPS",
@@ -75,6 +73,7 @@ _NAMES = {
         "peak_tflops",
         "training_flops",
     ],
+    "gpt": ["TransformerBlock", "transformer"],
     "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
     "recipe": ["Recipe", "amp_dtype", "make_step", "train_concise", "warmup_cosine"],
     "training": [

@@ -1,9 +1,9 @@
 """Every model of the lessons, each defined once: LeNet (functional, as a module, as layers),
-ResNet-18 (with Residual blocks), an MLP and a small transformer.
+ResNet-18 (with Residual blocks) and an MLP; the small transformer is in gpt.py.
 
 Shown in lessons 5 (lenet, lenet_params, LeNet), 6 (resnet18, resnet_block,
 materialize, has_lazy, init_weights, init_every_layer), 7 (LeNet under DDP, lenet_blocks in the
-pipeline strategy) and 10 (mlp, lenet_sequential, TransformerBlock, transformer; lesson 11 too).
+pipeline strategy) and 10 (mlp, lenet_sequential).
 """
 
 from __future__ import annotations
@@ -260,44 +260,4 @@ def lenet_sequential(seed: int = 0, scale: float = 0.1) -> nn.Sequential:
     Shown in lesson 10, which cuts it into pipeline stages."""
     return nn.Sequential(
         *(layer for block in lenet_blocks(lenet_params(seed, scale)) for layer in block)
-    )
-
-
-class TransformerBlock(nn.Module):
-    """A pre-norm transformer block: causal self-attention, then a two-layer MLP; residuals."""
-
-    def __init__(self, d_model: int = 256, num_heads: int = 4, ffn: int | None = None):
-        super().__init__()
-        _checks.whole("TransformerBlock: d_model", d_model)
-        _checks.whole("TransformerBlock: num_heads", num_heads)
-        if ffn is not None:
-            _checks.whole("TransformerBlock: ffn", ffn)
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not a multiple of num_heads={num_heads}")
-        self.num_heads = num_heads
-        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.fc1 = nn.Linear(d_model, ffn or 4 * d_model)
-        self.fc2 = nn.Linear(ffn or 4 * d_model, d_model)
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        B, T, D = X.shape
-        q, k, v = self.qkv(self.ln1(X)).split(D, dim=-1)
-        q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        X = X + self.proj(att.transpose(1, 2).reshape(B, T, D))
-        return X + self.fc2(F.gelu(self.fc1(self.ln2(X))))
-
-
-def transformer(
-    vocab: int = 1000, d_model: int = 256, num_heads: int = 4, num_layers: int = 4, seed: int = 0
-) -> nn.Sequential:
-    """A small decoder-only language model: embedding, transformer blocks, norm, output layer."""
-    _checks.whole("transformer: vocab", vocab)
-    _checks.whole("transformer: num_layers", num_layers, least=0)
-    torch.manual_seed(seed)
-    blocks = [TransformerBlock(d_model, num_heads) for _ in range(num_layers)]
-    return nn.Sequential(
-        nn.Embedding(vocab, d_model), *blocks, nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
     )

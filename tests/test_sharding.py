@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from d2l_gpu import models
+from d2l_gpu import gpt, models
 from d2l_gpu.data import toy
 from d2l_gpu.parallel import footprint, workload
 from d2l_gpu.parallel import memory as model_memory
@@ -149,7 +149,7 @@ def test_memory_breakdown_and_bytes_per_rank():
 
 
 def test_checkpointing_keeps_less_and_computes_the_same():
-    net = models.transformer(vocab=50, d_model=32, num_heads=4, num_layers=3)
+    net = gpt.transformer(vocab=50, d_model=32, num_heads=4, num_layers=3)
     net = net.to(F64)
     X = torch.randint(0, 50, (2, 16))
     ck = model_memory.checkpoint_every(net)  # shares net's parameters
