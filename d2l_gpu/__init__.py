@@ -173,7 +173,7 @@ _NAMES = {
         "tensor_parallel_worker",
         "torch_tensor_parallel_worker",
     ],
-    "parallel.workload": ["make_optimizer", "train_one_device"],
+    "parallel.workload": ["Workload", "make_optimizer", "train_one_device"],
     "parallel.zero": [
         "ShardedLayer",
         "adam_step",

@@ -12,20 +12,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.toy import toy_data
 from ..distributed import full_tensor, rank_device
 from ..models import mlp
 from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
 from .memory import checkpoint_every
+from .workload import Workload
 
 
-def _data_parallel_run(net, rank, world, widths, steps, batch_size, lr, dtype, seed, device, base):
+def _data_parallel_run(net, rank: int, world: int, work: Workload, device, base) -> dict:
     """Adam steps on this rank's part of each batch; measured, and one step's collectives."""
-    worker_args.even_batch(batch_size, world)
-    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    worker_args.even_batch(work.batch_size, world)
+    X, y = work.data()
     X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    opt = torch.optim.Adam(net.parameters(), lr=work.lr)
     counter, count = CollectiveCounter(), [0]
 
     def step():
@@ -37,21 +37,11 @@ def _data_parallel_run(net, rank, world, widths, steps, batch_size, lr, dtype, s
             opt.zero_grad()
         return loss.item()
 
-    run = train_measured(step, steps, device, [net, opt], base)
+    run = train_measured(step, work.steps, device, [net, opt], base)
     return {**run, "losses": run.pop("outputs"), "calls": counter.calls, "bytes": counter.bytes}
 
 
-def fsdp_worker(
-    rank: int,
-    world: int,
-    widths: list[int],
-    steps: int = 4,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    dtype: torch.dtype = torch.float64,
-    seed: int = 0,
-    checkpointing: bool = False,
-) -> dict:
+def fsdp_worker(rank: int, world: int, work: Workload, checkpointing: bool = False) -> dict:
     """Train with fully_shard on every linear layer and the root; optionally checkpoint each unit.
 
     Returns the full trained parameters, the local losses, held and peak bytes of this rank, the
@@ -59,18 +49,17 @@ def fsdp_worker(
     """
     from torch.distributed.fsdp import fully_shard
 
-    worker_args.fsdp(rank, world, widths, steps, batch_size)
+    worker_args.fsdp(rank, world, work)
     device = rank_device()
     baseline = allocated_bytes(device)
-    net = mlp(widths, seed, dtype).to(device)
+    net = mlp(list(work.widths), work.seed, work.dtype).to(device)
     if checkpointing:
         net = checkpoint_every(net, every=2)  # each (Linear, ReLU) pair recomputed in backward
     for module in net.modules():
         if isinstance(module, nn.Linear):
             fully_shard(module)  # each layer gathered just before it is used
     fully_shard(net)
-    args = (rank, world, widths, steps, batch_size, lr, dtype, seed, device, baseline)
-    run = _data_parallel_run(net, *args)
+    run = _data_parallel_run(net, rank, world, work, device, baseline)
     run["params"] = [full_tensor(p) for p in net.parameters()]
     run["kinds"] = sorted({type(p).__name__ for p in net.parameters()})
     return run

@@ -13,13 +13,13 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from ..data.toy import toy_data
 from ..distributed import rank_device
 from ..models import mlp
 from . import worker_args
 from .footprint import allocated_bytes, train_measured
 from .schedules import SCHEDULES, stage_backward, stage_forward
 from .splitting import split_stages
+from .workload import Workload
 
 
 def _my_stage(rank: int, world: int, widths, dtype, seed, device):
@@ -126,26 +126,18 @@ def _pipelined_step(stage, schedule, Xs, ys, shapes, rank, world, device, dtype)
 
 
 def pipeline_worker(
-    rank: int,
-    world: int,
-    widths: list[int],
-    runs: list[tuple[str, int]],
-    steps: int = 4,
-    batch_size: int = 64,
-    lr: float = 0.1,
-    dtype: torch.dtype = torch.float64,
-    seed: int = 0,
+    rank: int, world: int, work: Workload, runs: list[tuple[str, int]]
 ) -> list[dict]:
-    """For each (schedule, micro-batches) in `runs`: train `steps` SGD steps, pipelined by hand.
+    """For each (schedule, micro-batches) in `runs`: train work's SGD steps, pipelined by hand.
 
     Returns per run: this stage's parameters, the losses (last rank), the events of the last
     step, the bytes this rank held and its peak, and the median step time (`train_measured`).
     """
-    worker_args.pipeline(rank, world, widths, runs, steps, batch_size)
+    worker_args.pipeline(rank, world, work, runs)
     device = rank_device()
-    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
-    job = (rank, world, widths, dtype, seed, device)
-    return [_one_run(job, name, m, X, y, steps, lr) for name, m in runs]
+    X, y = work.data()
+    job = (rank, world, work.widths, work.dtype, work.seed, device)
+    return [_one_run(job, name, m, X, y, work.steps, work.lr) for name, m in runs]
 
 
 def _one_run(job, name, m, X, y, steps, lr) -> dict:
@@ -176,26 +168,19 @@ def _one_run(job, name, m, X, y, steps, lr) -> dict:
 
 
 def torch_pipeline_worker(
-    rank: int,
-    world: int,
-    widths: list[int],
-    schedule: str = "1f1b",
-    num_microbatches: int = 4,
-    steps: int = 4,
-    batch_size: int = 64,
-    lr: float = 0.1,
-    dtype: torch.dtype = torch.float64,
-    seed: int = 0,
+    rank: int, world: int, work: Workload, schedule: str = "1f1b", num_microbatches: int = 4
 ) -> dict:
     """The same training with torch.distributed.pipelining's PipelineStage and schedules."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    worker_args.torch_pipeline(rank, world, widths, schedule, num_microbatches, steps, batch_size)
+    worker_args.torch_pipeline(rank, world, work, schedule, num_microbatches)
     device = rank_device()
-    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    X, y = work.data()
     X, y = X.to(device), y.to(device)
     baseline = allocated_bytes(device)
-    stage_module = split_stages(mlp(widths, seed, dtype), world)[rank].to(device)
+    net = mlp(list(work.widths), work.seed, work.dtype)
+    stage_module = split_stages(net, world)[rank].to(device)
+    steps, lr = work.steps, work.lr
     stage = PipelineStage(stage_module, rank, world, device)
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
     # each micro-batch's mean loss; the schedule divides the gradients by num_microbatches

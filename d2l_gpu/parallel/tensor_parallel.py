@@ -16,11 +16,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
-from ..data.toy import toy_data, toy_images
+from ..data.toy import toy_images
 from ..distributed import rank_device
 from ..models import lenet_sequential, mlp
 from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
+from .workload import Workload
 
 
 class _CopyToRanks(torch.autograd.Function):
@@ -178,29 +179,21 @@ def _train(net, X, y, steps, lr, device, baseline) -> dict:
     return {**run, **extra}
 
 
-def tensor_parallel_worker(
-    rank: int,
-    world: int,
-    model: str = "mlp",
-    widths: tuple = (16, 64, 16, 5),
-    steps: int = 3,
-    batch_size: int = 32,
-    lr: float = 0.1,
-    dtype: torch.dtype = torch.float64,
-    seed: int = 0,
-) -> dict:
-    """Train the split model ('mlp': Megatron pairs; 'lenet': channel-split convolutions).
+def tensor_parallel_worker(rank: int, world: int, work: Workload, model: str = "mlp") -> dict:
+    """Train the split model ('mlp': Megatron pairs of work.widths; 'lenet': channel-split
+    convolutions, on toy images, with work.widths None).
 
     Returns the full parameters after training (gathered), the losses, the median step time,
     the collectives of one step and the bytes this rank allocated (peak, held).
     """
-    worker_args.tensor_parallel(rank, world, model, widths, steps, batch_size)
+    worker_args.tensor_parallel(rank, world, work, model)
     device = rank_device()
+    steps, lr, dtype, seed = work.steps, work.lr, work.dtype, work.seed
     if model == "mlp":
-        X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
-        full, split = mlp(list(widths), seed, dtype), megatron_mlp
+        X, y = work.data()
+        full, split = mlp(list(work.widths), seed, dtype), megatron_mlp
     elif model == "lenet":
-        X, y = toy_images(batch_size, seed, dtype)
+        X, y = toy_images(work.batch_size, seed, dtype)
         full, split = lenet_sequential(seed).to(dtype), channel_parallel_convs
     else:
         raise ValueError(f"model {model!r} is not known; use 'mlp' or 'lenet'")
@@ -212,16 +205,7 @@ def tensor_parallel_worker(
     return {"params": [p.cpu() for p in full_parameters(net)], **_summary(run)}
 
 
-def torch_tensor_parallel_worker(
-    rank: int,
-    world: int,
-    widths: tuple = (16, 64, 16, 5),
-    steps: int = 3,
-    batch_size: int = 32,
-    lr: float = 0.1,
-    dtype: torch.dtype = torch.float64,
-    seed: int = 0,
-) -> dict:
+def torch_tensor_parallel_worker(rank: int, world: int, work: Workload) -> dict:
     """The Megatron pairs with DTensor: parallelize_module, ColwiseParallel, RowwiseParallel."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
@@ -231,18 +215,18 @@ def torch_tensor_parallel_worker(
         parallelize_module,
     )
 
-    worker_args.torch_tensor_parallel(rank, world, widths, steps, batch_size)
+    worker_args.torch_tensor_parallel(rank, world, work)
     device = rank_device()
     mesh = init_device_mesh(device.type, (world,))
-    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    X, y = work.data()
     X, y = X.to(device), y.to(device)
     baseline = allocated_bytes(device)
-    net = mlp(list(widths), seed, dtype).to(device)
+    net = mlp(list(work.widths), work.seed, work.dtype).to(device)
     plan = {}
     for i in range(0, len(net) - 2, 4):  # units i, i+2 form a pair (Linear, ReLU, Linear)
         plan[str(i)], plan[str(i + 2)] = ColwiseParallel(), RowwiseParallel()
     parallelize_module(net, mesh, plan)
-    run = _train(net, X, y, steps, lr, device, baseline)
+    run = _train(net, X, y, work.steps, work.lr, device, baseline)
     full = [p.full_tensor() if isinstance(p, DTensor) else p for p in net.parameters()]
     return {
         "params": [p.detach().cpu().clone() for p in full],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import _checks
 from .collectives import ALGORITHMS
 from .schedules import SCHEDULES
+from .workload import Workload
 
 LENET_CHANNELS = (20, 50)  # the output channels of lenet_sequential's two convolutions
 
@@ -21,14 +22,17 @@ def _group(caller: str, rank, world, *, needed: bool = True) -> None:
         _checks.in_group(caller, rank, world)
 
 
-def training(caller: str, rank, world, widths, steps, batch_size) -> None:
-    """Rank and size, the MLP's widths (two or more), steps and batch size of a training worker."""
+def training(caller: str, rank, world, work, *, widths: bool = True) -> tuple:
+    """Rank and size, and `work` a Workload (with widths, unless `widths=False`); its fields."""
     _checks.ranks(caller, rank, world)
-    if widths is not None:
-        for w in _checks.items(f"{caller}: widths", widths, least=2):
-            _checks.whole(f"{caller}: each of widths", w)
-    _checks.whole(f"{caller}: steps", steps)
-    _checks.whole(f"{caller}: batch_size", batch_size)
+    if not isinstance(work, Workload):
+        raise TypeError(
+            f"{caller}: work must be a d2l.Workload, e.g. d2l.Workload(widths=(16, 64, 5), "
+            f"steps=4, batch_size=64, lr=0.1), got {type(work).__name__}"
+        )
+    if widths and work.widths is None:
+        raise ValueError(f"{caller}: work.widths is None; this worker trains an MLP of widths")
+    return work.widths, work.steps, work.batch_size
 
 
 def _stages_fit(caller: str, widths, world) -> None:
@@ -41,9 +45,9 @@ def _stages_fit(caller: str, widths, world) -> None:
         )
 
 
-def pipeline(rank, world, widths, runs, steps, batch_size) -> None:
+def pipeline(rank, world, work, runs) -> None:
     """pipeline_worker's arguments: runs [(schedule, micro-batches), ...] that fit the batch."""
-    training("pipeline_worker", rank, world, widths, steps, batch_size)
+    widths, steps, batch_size = training("pipeline_worker", rank, world, work)
     _stages_fit("pipeline_worker", widths, world)
     for run in _checks.items("pipeline_worker: runs", runs):
         if not isinstance(run, (tuple, list)) or len(run) != 2:
@@ -56,21 +60,21 @@ def pipeline(rank, world, widths, runs, steps, batch_size) -> None:
     _group("pipeline_worker", rank, world, needed=world > 1)
 
 
-def torch_pipeline(rank, world, widths, schedule, num_microbatches, steps, batch_size) -> None:
+def torch_pipeline(rank, world, work, schedule, num_microbatches) -> None:
     """torch_pipeline_worker's arguments."""
-    training("torch_pipeline_worker", rank, world, widths, steps, batch_size)
+    widths, steps, batch_size = training("torch_pipeline_worker", rank, world, work)
     _stages_fit("torch_pipeline_worker", widths, world)
     _checks.one_of("torch_pipeline_worker: schedule", schedule, SCHEDULES)
     _checks.whole("torch_pipeline_worker: num_microbatches", num_microbatches, most=batch_size)
     _group("torch_pipeline_worker", rank, world)
 
 
-def tensor_parallel(rank, world, model, widths, steps, batch_size) -> None:
+def tensor_parallel(rank, world, work, model) -> None:
     """tensor_parallel_worker's arguments: the split layers divide evenly over the ranks."""
     caller = "tensor_parallel_worker"
     if model not in ("mlp", "lenet"):
         raise ValueError(f"model {model!r} is not known; use 'mlp' or 'lenet'")
-    training(caller, rank, world, widths if model == "mlp" else None, steps, batch_size)
+    widths, _, _ = training(caller, rank, world, work, widths=model == "mlp")
     if model == "mlp":  # each (Linear, ReLU, Linear) pair splits the width between its Linears
         split = list(widths)[1::2][: (len(widths) - 1) // 2]
         if any(w % world for w in split):
@@ -86,15 +90,15 @@ def tensor_parallel(rank, world, model, widths, steps, batch_size) -> None:
     _group(caller, rank, world)
 
 
-def torch_tensor_parallel(rank, world, widths, steps, batch_size) -> None:
+def torch_tensor_parallel(rank, world, work) -> None:
     """torch_tensor_parallel_worker's arguments."""
-    training("torch_tensor_parallel_worker", rank, world, widths, steps, batch_size)
+    training("torch_tensor_parallel_worker", rank, world, work)
     _group("torch_tensor_parallel_worker", rank, world)
 
 
-def zero(rank, world, stage, widths, steps, batch_size) -> None:
+def zero(rank, world, work, stage) -> None:
     """zero_worker's arguments: a ZeRO stage 0-3 and a batch that splits evenly over the ranks."""
-    training("zero_worker", rank, world, widths, steps, batch_size)
+    _, _, batch_size = training("zero_worker", rank, world, work)
     zero_stage("zero_worker", stage)
     even_batch(batch_size, world)
     _group("zero_worker", rank, world)
@@ -107,9 +111,9 @@ def zero_stage(caller: str, stage) -> None:
         raise ValueError(f"ZeRO stage {stage} does not exist; use 0 (plain), 1, 2 or 3")
 
 
-def fsdp(rank, world, widths, steps, batch_size) -> None:
+def fsdp(rank, world, work) -> None:
     """fsdp_worker's arguments: a batch that splits evenly over the ranks."""
-    training("fsdp_worker", rank, world, widths, steps, batch_size)
+    _, _, batch_size = training("fsdp_worker", rank, world, work)
     even_batch(batch_size, world)
     _group("fsdp_worker", rank, world)
 

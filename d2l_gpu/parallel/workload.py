@@ -1,13 +1,54 @@
-"""The reference run the split models of lessons 10 and 11 are compared with: one device, full
-batches, the lessons' optimizers."""
+"""What the workers of lessons 10 and 11 train (`Workload`), and the reference run they are
+compared with: one device, full batches, the lessons' optimizers."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from ..data.toy import toy_data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The job a worker trains: an MLP of `widths` on one toy batch. Shown in lesson 10.
+
+    `widths=None` leaves the model to the worker (LeNet in `tensor_parallel_worker`). Every
+    worker that `run_workers` starts gets the same Workload, so every rank trains the same job.
+    """
+
+    widths: tuple[int, ...] | None
+    steps: int = 4
+    batch_size: int = 64
+    lr: float = 0.1
+    dtype: torch.dtype = torch.float64
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.widths is not None:
+            widths = tuple(_checks.items("Workload: widths", self.widths, least=2))
+            for w in widths:
+                _checks.whole("Workload: each of widths", w)
+            object.__setattr__(self, "widths", widths)
+        _checks.whole("Workload: steps", self.steps)
+        _checks.whole("Workload: batch_size", self.batch_size)
+        _checks.number("Workload: lr", self.lr, positive=True)
+        _checks.whole("Workload: seed", self.seed, least=0)
+        if self.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(
+                f"Workload: dtype must be a floating torch.dtype such as torch.float32, "
+                f"got {self.dtype!r}"
+            )
+
+    def data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole batch (X, y): random features of widths[0], labels below widths[-1]."""
+        if self.widths is None:
+            raise ValueError("Workload.data: this workload has widths=None; give it widths")
+        return toy_data(self.batch_size, self.widths[0], self.widths[-1], self.seed, self.dtype)
 
 
 def make_optimizer(params, name: str, lr: float) -> torch.optim.Optimizer:

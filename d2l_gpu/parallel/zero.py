@@ -16,11 +16,11 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from .. import _checks
-from ..data.toy import toy_data
 from ..distributed import rank_device
 from ..models import mlp
 from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
+from .workload import Workload
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -140,25 +140,16 @@ def _layers(widths, stage, rank, k, dtype, seed, device) -> list[ShardedLayer]:
     return [ShardedLayer(lin.weight, lin.bias, stage, rank, k) for lin in linears]
 
 
-def zero_worker(
-    rank: int,
-    world: int,
-    stage: int,
-    widths: list[int],
-    steps: int = 3,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    dtype: torch.dtype = torch.float64,
-    seed: int = 0,
-) -> dict:
-    """Train with ZeRO stage 0 (plain data parallelism), 1, 2 or 3 from scratch, with Adam.
+def zero_worker(rank: int, world: int, work: Workload, stage: int) -> dict:
+    """Train `work` with ZeRO stage 0 (plain data parallelism), 1, 2 or 3 from scratch, with Adam.
 
     Returns the full trained parameters (weight, bias per layer), the local losses, the bytes
     this rank holds and its peak, the median step time, and one step's collectives.
     """
-    worker_args.zero(rank, world, stage, widths, steps, batch_size)
+    worker_args.zero(rank, world, work, stage)
     device = rank_device()
-    X, y = toy_data(batch_size, widths[0], widths[-1], seed, dtype)
+    widths, steps, lr, dtype, seed = work.widths, work.steps, work.lr, work.dtype, work.seed
+    X, y = work.data()
     X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
     baseline = allocated_bytes(device)
     layers = _layers(widths, stage, rank, world, dtype, seed, device)
@@ -179,8 +170,8 @@ def zero_worker(
             "bytes": counter.bytes, **{key: run[key] for key in keys}}  # fmt: skip
 
 
-def zero_stages_worker(rank: int, world: int, stages: list[int], *args) -> list[dict]:
+def zero_stages_worker(rank: int, world: int, work: Workload, stages: list[int]) -> list[dict]:
     """`zero_worker` for each ZeRO stage in `stages`, one after the other, in one process group."""
     for stage in _checks.items("zero_stages_worker: stages", stages):  # all, before the first
         worker_args.zero_stage("zero_stages_worker", stage)
-    return [zero_worker(rank, world, stage, *args) for stage in stages]
+    return [zero_worker(rank, world, work, stage) for stage in stages]
