@@ -4,14 +4,18 @@ no process group, or in a group of one made in this process (no port, no other p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import d2l_gpu as d2l
 from d2l_gpu import distributed
 
-W = [8, 16, 4]  # an MLP of 3 units: Linear, ReLU, Linear
-NAMES = {"d2l": d2l, "W": W}
+W = d2l.Workload(widths=[8, 16, 4])  # an MLP of 3 units: Linear, ReLU, Linear; batch 64
+TP = d2l.Workload(widths=[16, 64, 16, 5])
+LENET = d2l.Workload(widths=None)
+NAMES = {"torch": torch, "d2l": d2l, "W": W, "TP": TP, "LENET": LENET}
 
 # (the call as a rank makes it, exception type, words the sentence must hold: the argument and
 # the value given)
@@ -48,39 +52,45 @@ WORKERS = [
         "num_microbatches must be a whole number from 1 to 64, got 0",
     ),
     (
-        "d2l.tensor_parallel_worker(0, 3)",
+        "d2l.tensor_parallel_worker(0, 3, TP)",
         ValueError,
         "widths=[16, 64, 16, 5] split the hidden widths [64] over 3 ranks",
     ),
     (
-        "d2l.tensor_parallel_worker(0, 3, 'lenet', None)",
+        "d2l.tensor_parallel_worker(0, 3, LENET, 'lenet')",
         ValueError,
         "model='lenet' splits 20 and 50 channels over the ranks, which 3 ranks",
     ),
     (
-        "d2l.tensor_parallel_worker(2, 2)",
+        "d2l.tensor_parallel_worker(2, 2, TP)",
         ValueError,
         "rank must be a whole number from 0 to 1, got 2",
     ),
     (
-        "d2l.tensor_parallel_worker(0, 2, steps=0)",
+        "d2l.Workload(widths=W.widths, steps=0)",
         ValueError,
         "steps must be a whole number >= 1, got 0",
     ),
+    ("d2l.Workload(widths=[8])", ValueError, "widths must hold at least 2 item(s), got [8]"),
+    ("d2l.Workload(widths=W.widths, lr=-1)", ValueError, "lr must be a finite number > 0, got -1"),
+    ("d2l.Workload(widths=W.widths, dtype=torch.int64)", TypeError, "dtype must be a floating"),
+    ("d2l.Workload(widths=None).data()", ValueError, "this workload has widths=None"),
+    ("d2l.fsdp_worker(0, 2, [8, 16, 4])", TypeError, "work must be a d2l.Workload, e.g."),
+    ("d2l.tensor_parallel_worker(0, 2, LENET)", ValueError, "work.widths is None"),
     (
-        "d2l.torch_tensor_parallel_worker(0, 2)",
+        "d2l.torch_tensor_parallel_worker(0, 2, TP)",
         RuntimeError,
         "torch_tensor_parallel_worker needs a process group",
     ),
-    ("d2l.zero_worker(0, 0, 1, W)", ValueError, "world must be a whole number >= 1, got 0"),
-    ("d2l.zero_worker(0, 2, '1', W)", TypeError, "stage must be a whole number >= 0, got '1'"),
+    ("d2l.zero_worker(0, 0, W, 1)", ValueError, "world must be a whole number >= 1, got 0"),
+    ("d2l.zero_worker(0, 2, W, '1')", TypeError, "stage must be a whole number >= 0, got '1'"),
     (
-        "d2l.zero_worker(0, 2, 1, W)",
+        "d2l.zero_worker(0, 2, W, 1)",
         RuntimeError,
         "zero_worker needs a process group and none is open",
     ),
-    ("d2l.zero_stages_worker(0, 2, 1, W)", TypeError, "stages must be a list, got 1"),
-    ("d2l.zero_stages_worker(0, 2, [0, 5], W)", ValueError, "ZeRO stage 5 does not exist"),
+    ("d2l.zero_stages_worker(0, 2, W, 1)", TypeError, "stages must be a list, got 1"),
+    ("d2l.zero_stages_worker(0, 2, W, [0, 5])", ValueError, "ZeRO stage 5 does not exist"),
     ("d2l.fsdp_worker(0, 3, W)", ValueError, "a batch of 64 does not split evenly over 3 ranks"),
     ("d2l.fsdp_worker(0, 0, W)", ValueError, "world must be a whole number >= 1, got 0"),
     (
@@ -138,13 +148,15 @@ def group_of_one(monkeypatch):
 def test_a_worker_told_the_wrong_world_size_is_refused(group_of_one):
     """A rank that believes in 2 ranks where the group has 1 would wait forever, or sum half."""
     with pytest.raises(ValueError, match=r"rank=0, world=2, but this process is rank 0 of a group"):
-        d2l.zero_worker(0, 2, 1, W, 1, 4)
+        d2l.zero_worker(0, 2, replace(W, steps=1, batch_size=4), 1)
 
 
 def test_good_input_still_works(group_of_one):
     """The checks do not refuse what the lessons pass (a negative control for the table)."""
-    zero = d2l.zero_worker(0, 1, 3, W, 2, 4)  # one rank, in its group of one
+    zero = d2l.zero_worker(
+        0, 1, replace(W, steps=2, batch_size=4), 3
+    )  # one rank, in its group of one
     assert len(zero["losses"]) == 2 and zero["calls"]
     distributed.leave_group()  # a pipeline of one stage needs no group
-    runs = d2l.pipeline_worker(0, 1, W, [("gpipe", 4), ("1f1b", 1)], 1, 4)
+    runs = d2l.pipeline_worker(0, 1, replace(W, steps=1, batch_size=4), [("gpipe", 4), ("1f1b", 1)])
     assert [len(run["events"]) for run in runs] == [8, 2]

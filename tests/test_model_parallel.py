@@ -12,6 +12,7 @@ from d2l_gpu.parallel import schedules as mp
 from d2l_gpu.parallel import splitting, workload
 from d2l_gpu.parallel.pipeline import pipeline_worker, torch_pipeline_worker
 from d2l_gpu.parallel.tensor_parallel import tensor_parallel_worker, torch_tensor_parallel_worker
+from d2l_gpu.parallel.workload import Workload
 from d2l_gpu.workers import run_workers
 
 F64 = torch.float64
@@ -166,16 +167,17 @@ def test_place_stages_wants_one_device_per_stage():
 # --- real processes: pipelines and tensor parallelism ----------------------------------------
 
 
-def pipelines(rank, world, runs, *args):
+def pipelines(rank, world, work, runs):
     """The hand-made pipeline's runs, then torch.distributed.pipelining, in one process group."""
-    return pipeline_worker(rank, world, WIDTHS, runs, *args), torch_pipeline_worker(
-        rank, world, WIDTHS, "1f1b", 4, *args
+    return pipeline_worker(rank, world, work, runs), torch_pipeline_worker(
+        rank, world, work, "1f1b", 4
     )
 
 
 def test_pipeline_processes_equal_one_device(reference):
     runs = [("gpipe", 1), ("gpipe", 4), ("1f1b", 3)]
-    out = run_workers(pipelines, 2, runs, STEPS, BATCH, LR, F64, 0, backend="gloo", timeout=180)
+    work = Workload(widths=WIDTHS, steps=STEPS, batch_size=BATCH, lr=LR, dtype=F64)
+    out = run_workers(pipelines, 2, work, runs, backend="gloo", timeout=180)
     for j, (name, m) in enumerate(runs):
         params = [p for rank, _ in out for p in rank[j]["params"]]
         assert max_diff(params, reference[0]) < 1e-12, (name, m)
@@ -195,10 +197,12 @@ TP_WIDTHS = (12, 32, 16, 32, 16, 5)  # two (Linear, ReLU, Linear) pairs, then Re
 
 def tensor_parallels(rank, world):
     """The Megatron MLP and the channel-split LeNet by hand, then DTensor, in one group."""
+    work = Workload(widths=TP_WIDTHS, steps=STEPS, batch_size=BATCH, lr=LR, dtype=F64)
+    lenet = Workload(widths=None, steps=3, batch_size=8, lr=0.1, dtype=F64)
     return (
-        tensor_parallel_worker(rank, world, "mlp", TP_WIDTHS, STEPS, BATCH, LR, F64, 0),
-        tensor_parallel_worker(rank, world, "lenet", None, 3, 8, 0.1, F64, 0),
-        torch_tensor_parallel_worker(rank, world, TP_WIDTHS, STEPS, BATCH, LR, F64, 0),
+        tensor_parallel_worker(rank, world, work, "mlp"),
+        tensor_parallel_worker(rank, world, lenet, "lenet"),
+        torch_tensor_parallel_worker(rank, world, work),
     )
 
 
@@ -260,8 +264,8 @@ def overlapped(events) -> bool:
 def test_the_process_pipeline_overlaps_its_stages():
     """Stage 0 runs micro-batch 1 while stage 1 runs micro-batch 0: measured, not scheduled."""
     wide = [64, 768, 768, 768, 10]  # tens of milliseconds per forward, far above scheduling noise
-    out = run_workers(pipeline_worker, 2, wide, [("gpipe", 4)], 1, 512, LR, F64, 0,
-                      backend="gloo", timeout=180)  # fmt: skip
+    work = Workload(widths=wide, steps=1, batch_size=512, lr=LR, dtype=F64)
+    out = run_workers(pipeline_worker, 2, work, [("gpipe", 4)], backend="gloo", timeout=180)
     events = [e for rank in out for e in rank[0]["events"]]
     assert overlapped(events), sorted(events, key=lambda e: e[3])
     # the check can fail: the same events with stage 0 waiting for stage 1 before each forward

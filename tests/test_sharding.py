@@ -2,6 +2,7 @@
 equal to Adam on one device in float64, with the bytes each rank holds checked exactly."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from d2l_gpu.workers import run_workers
 F64 = torch.float64
 WIDTHS = [12, 33, 17, 5]  # 3 linear layers; 3 ranks make the flat layers need padding
 STEPS, LR, BATCH = 4, 1e-2, 12
+WORK = workload.Workload(widths=WIDTHS, steps=STEPS, batch_size=BATCH, lr=LR, dtype=F64)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,7 @@ def layer_sizes(widths, k):
 
 @pytest.fixture(scope="module")
 def zero_runs():
-    args = (WIDTHS, STEPS, BATCH, LR, F64, 0)
-    return run_workers(zero_stages_worker, 3, [0, 1, 2, 3], *args, backend="gloo", timeout=180)
+    return run_workers(zero_stages_worker, 3, WORK, [0, 1, 2, 3], backend="gloo", timeout=180)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
@@ -86,28 +87,29 @@ def test_zero_collectives_per_step(zero_runs):
 
 
 def test_zero_3_on_two_ranks_holds_a_half():
-    out = run_workers(zero_stages_worker, 2, [3], WIDTHS, 2, 4, LR, F64, 0, backend="gloo")
+    work = replace(WORK, steps=2, batch_size=4)
+    out = run_workers(zero_stages_worker, 2, work, [3], backend="gloo")
     expected = 4 * sum(S for _, S in layer_sizes(WIDTHS, 2)) * 8
     assert [run[0]["held"] for run in out] == [expected, expected]
 
 
 def test_zero_refuses_bad_arguments():
     with pytest.raises(ValueError, match="ZeRO stage 4 does not exist"):
-        zero_worker(0, 2, 4, WIDTHS)
+        zero_worker(0, 2, WORK, 4)
     with pytest.raises(ValueError, match="a batch of 5 does not split evenly over 2 ranks"):
-        zero_worker(0, 2, 1, WIDTHS, 2, 5)
+        zero_worker(0, 2, replace(WORK, steps=2, batch_size=5), 1)
 
 
 # --- FSDP2 -------------------------------------------------------------------------------------
 
 
-def both_fsdp(rank, world, *args):
+def both_fsdp(rank, world, work):
     """FSDP2 without and with activation checkpointing, in one process group."""
-    return [fsdp_worker(rank, world, *args, False), fsdp_worker(rank, world, *args, True)]
+    return [fsdp_worker(rank, world, work, False), fsdp_worker(rank, world, work, True)]
 
 
 def test_fsdp_equals_adam_on_one_device(adam_reference):
-    out = run_workers(both_fsdp, 2, WIDTHS, STEPS, BATCH, LR, F64, 0, backend="gloo")
+    out = run_workers(both_fsdp, 2, WORK, backend="gloo")
     for rank in out:
         for run in rank:  # plain, then with checkpointing
             assert max_diff(run["params"], adam_reference[0]) < 1e-11
