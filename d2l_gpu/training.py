@@ -133,6 +133,8 @@ def scale_for_devices(batch_size: int, lr: float, num_devices: int) -> tuple[int
 
 def data_parallel(net: nn.Module, devices) -> nn.Module:
     """nn.DataParallel over 2+ CUDA devices in `devices` (net on devices[0] first), else net."""
+    if not devices:
+        raise ValueError("data_parallel: devices is empty; give at least one, e.g. [d2l.try_gpu()]")
     first = torch.device(devices[0])
     where = {p.device for p in net.parameters()}
     if where != {first} and not (first.index is None and {d.type for d in where} == {first.type}):

@@ -24,11 +24,35 @@ def gpipe(p=2, m=2):
     return d2l.gpipe_schedule(p, m)
 
 
-NAMES = dict(d2l=d2l, nn=nn, seq=seq, gpipe=gpipe, X=X, Y=Y, CPU=CPU, AB=AB, BYTES=BYTES)
+NAMES = dict(
+    torch=torch, d2l=d2l, nn=nn, seq=seq, gpipe=gpipe, X=X, Y=Y, CPU=CPU, AB=AB, BYTES=BYTES
+)
 
 # (the call as a student writes it, exception type, words the sentence must hold: the argument
 # and the value given)
 CASES = [
+    # the functions the lessons print (# @save): their checks are part of the lesson's code
+    ("d2l.gpipe_schedule(0, 2)", ValueError, "p >= 1 stages and m >= 1 micro-batches, got 0, 2"),
+    ("d2l.one_f_one_b_schedule(2, 0)", ValueError, "m >= 1 micro-batches, got 2, 0"),
+    ("d2l.bubble_fraction(0, 4)", ValueError, "p >= 1 stages and m >= 1 micro-batches, got 0, 4"),
+    ("d2l.bubble_fraction(2, 0)", ValueError, "got 2, 0"),
+    ("d2l.ColumnParallelLinear(nn.Linear(4, 4), 2, 2)", ValueError, "rank 2 does not exist"),
+    ("d2l.RowParallelLinear(nn.Linear(4, 4), -1, 2)", ValueError, "rank -1 does not exist"),
+    ("d2l.ShardedLayer(torch.ones(2, 2), torch.ones(2), 4, 0, 2)", ValueError, "got 4, 0"),
+    ("d2l.ShardedLayer(torch.ones(2, 2), torch.ones(2), 1, 2, 2)", ValueError, "rank 0-1 exist"),
+    (
+        "d2l.adam_step(*[torch.zeros(2)] * 4, 0, 0.1)",
+        ValueError,
+        "counts steps from 1 (its bias correction), got step=0",
+    ),
+    ("d2l.train_parallel([], [], [], 0.1, 1)", ValueError, "needs devices and epochs, got [], 1"),
+    ("d2l.train_parallel([CPU], [], [], 0.1, 0)", ValueError, "got [device(type='cpu')], 0"),
+    (
+        "d2l.evaluate_accuracy_parallel([d2l.lenet_params()], [], [CPU])",
+        ValueError,
+        "data_iter gave no examples",
+    ),
+    ("d2l.data_parallel(nn.Linear(2, 2), [])", ValueError, "devices is empty; give at least one"),
     ("d2l.stage_devices(0)", ValueError, "k must be a whole number >= 1, got 0"),
     ("d2l.stage_devices(2.0)", TypeError, "k must be a whole number >= 1, got 2.0"),
     ("d2l.place_stages([], [])", ValueError, "stages must hold at least 1 item(s), got []"),
@@ -211,3 +235,11 @@ def test_good_input_still_works():
     with d2l.MemoryMeter("cpu") as meter:
         torch.ones(1000)
     assert meter.peak >= 0
+
+
+def test_book_style_dataset_refuses_what_is_not_images_and_labels():
+    from d2l_gpu.book.dataset import BookStyleDataset
+
+    with pytest.raises(ValueError, match="needs a tensor of images and as many labels"):
+        BookStyleDataset(torch.zeros(3, 28, 28, dtype=torch.uint8), torch.zeros(2))
+    assert len(BookStyleDataset(torch.zeros(3, 28, 28, dtype=torch.uint8), torch.zeros(3))) == 3

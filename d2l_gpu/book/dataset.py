@@ -14,6 +14,8 @@ class BookStyleDataset(torch.utils.data.Dataset):
     """Fashion-MNIST read the book's way: each image converted on its own as it is fetched."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, resize=None):
+        if not isinstance(images, torch.Tensor) or len(images) != len(labels):
+            raise ValueError("BookStyleDataset needs a tensor of images and as many labels")
         self.images, self.labels, self.resize = images.numpy(), labels.numpy(), resize
 
     def __len__(self) -> int:

@@ -131,6 +131,8 @@ def evaluate_accuracy_parallel(
                 y_hat = d2l.lenet(X_shard, device_params[i])
                 hits[i] += (y_hat.argmax(dim=1) == y_shard).sum()
             total += y.shape[0]
+    if total == 0:
+        raise ValueError("evaluate_accuracy_parallel: data_iter gave no examples")
     return sum(h.item() for h in hits) / total
 
 
@@ -146,6 +148,8 @@ def train_parallel(
     flat: bool = False,
 ) -> tuple[list[float], float]:
     """Train LeNet data-parallel on `devices`; plot test accuracy; return (accuracies, s/epoch)."""
+    if not devices or num_epochs < 1:
+        raise ValueError(f"train_parallel needs devices and epochs, got {devices}, {num_epochs}")
     params = d2l.lenet_params(seed, init_scale)
     # Copy model parameters to every device
     device_params = [get_params(params, d) for d in devices]

@@ -69,6 +69,8 @@ class _GatherSlices(torch.autograd.Function):
 
 def _my_slice(t: torch.Tensor, dim: int, rank: int, world: int) -> nn.Parameter:
     """Rank `rank`'s equal slice of t along dim, as a new parameter (a copy)."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} does not exist among {world} ranks (0 to {world - 1})")
     if t.shape[dim] % world:
         raise ValueError(f"{t.shape[dim]} rows/channels do not split evenly over {world} ranks")
     return nn.Parameter(t.detach().chunk(world, dim=dim)[rank].clone())

@@ -30,6 +30,8 @@ class ShardedLayer:
     """One linear layer's weight and bias as one flat vector, padded to k equal shards."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, stage: int, rank: int, k: int):
+        if stage not in (0, 1, 2, 3) or not 0 <= rank < k:
+            raise ValueError(f"ShardedLayer: stage 0-3, rank 0-{k - 1} exist, got {stage}, {rank}")
         self.shape, self.stage, self.rank, self.k = tuple(weight.shape), stage, rank, k
         flat = torch.cat([weight.detach().reshape(-1), bias.detach()])
         self.numel = flat.numel()
@@ -96,6 +98,8 @@ class _ShardedLinear(torch.autograd.Function):
 
 def adam_step(p, g, m, v, step: int, lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
     """Adam on flat tensors, in place, in the order torch.optim.Adam computes it."""
+    if step < 1:
+        raise ValueError(f"adam_step counts steps from 1 (its bias correction), got step={step}")
     b1, b2 = betas
     m.mul_(b1).add_(g, alpha=1 - b1)
     v.mul_(b2).addcmul_(g, g, value=1 - b2)
