@@ -179,3 +179,16 @@ def lone(small_data, monkeypatch):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("D2L_GPU_DATA", str(small_data))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture
+def group_of_one(monkeypatch):
+    """This process as a gloo group of one, through a HashStore (what join_group does alone)."""
+    import torch
+
+    from d2l_gpu import distributed
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    distributed.join_group("gloo", torch.device("cpu"))
+    yield
+    distributed.leave_group()

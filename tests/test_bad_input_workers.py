@@ -136,15 +136,6 @@ def test_bad_input_is_refused_before_any_message(call, kind, words):
     assert words in str(error.value)
 
 
-@pytest.fixture
-def group_of_one(monkeypatch):
-    """This process as a gloo group of one, through a HashStore (what join_group does alone)."""
-    monkeypatch.delenv("MASTER_ADDR", raising=False)
-    distributed.join_group("gloo", torch.device("cpu"))
-    yield
-    distributed.leave_group()
-
-
 def test_a_worker_told_the_wrong_world_size_is_refused(group_of_one):
     """A rank that believes in 2 ranks where the group has 1 would wait forever, or sum half."""
     with pytest.raises(ValueError, match=r"rank=0, world=2, but this process is rank 0 of a group"):

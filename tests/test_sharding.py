@@ -100,6 +100,49 @@ def test_zero_refuses_bad_arguments():
         zero_worker(0, 2, replace(WORK, steps=2, batch_size=5), 1)
 
 
+def _keeps_gathered_weights(monkeypatch):
+    """Make ZeRO-3 keep each gathered weight from forward to backward: a bug that saves one
+    all-gather per layer and that every equality and held-bytes test above still passes."""
+    from d2l_gpu.parallel import zero
+
+    def forward(ctx, x, anchor, layer):
+        W, b = layer.weight_bias(layer.full())
+        ctx.save_for_backward(x, W)  # the bug: the full W lives on until backward
+        ctx.layer = layer
+        return x @ W.T + b
+
+    def backward(ctx, grad_y):
+        x, W = ctx.saved_tensors
+        layer = ctx.layer
+        flat_grad = torch.zeros(layer.shard_size * layer.k, dtype=x.dtype)
+        gW, gb = layer.weight_bias(flat_grad)
+        gW += grad_y.T @ x
+        gb += grad_y.sum(0)
+        layer.add_grad(flat_grad)
+        return grad_y @ W, None, None
+
+    monkeypatch.setattr(zero._ShardedLinear, "forward", staticmethod(forward))
+    monkeypatch.setattr(zero._ShardedLinear, "backward", staticmethod(backward))
+
+
+@pytest.mark.parametrize("keep_gathered", [False, True])
+def test_zero_3_frees_each_gathered_weight_after_use(group_of_one, monkeypatch, keep_gathered):
+    """The measured peak (allocations tracked) of a ZeRO-3 step does not grow with depth by more
+    than the activations: each layer's gathered weight is freed before the next is gathered.
+    Three more layers of 256 x 256 float64 weights (512 KiB each) would add 1.5 MiB; the
+    activations of a batch of 4 add 24 KiB. With the bug, the test must fail (negative control)."""
+    if keep_gathered:
+        _keeps_gathered_weights(monkeypatch)
+    extra = []
+    for depth in (3, 6):
+        work = workload.Workload(widths=[256] * depth + [4], steps=3, batch_size=4, lr=1e-3)
+        run = zero_worker(0, 1, work, 3)
+        extra.append(run["peak"] - run["held"])
+    layer = 256 * 257 * 8
+    grows = extra[1] - extra[0]
+    assert (grows < layer / 2) != keep_gathered, (extra, layer)
+
+
 # --- FSDP2 -------------------------------------------------------------------------------------
 
 
