@@ -93,6 +93,25 @@ def test_zero_3_on_two_ranks_holds_a_half():
     assert [run[0]["held"] for run in out] == [expected, expected]
 
 
+def zero_without_the_mean(rank, world, work):
+    """ZeRO-2 with the gradient sum not divided by the number of ranks: the bug Adam almost hides
+    (it divides each gradient by its own running size), which the float64 check must still see."""
+    from d2l_gpu.parallel import zero
+
+    real = zero.adam_step
+    zero.adam_step = lambda p, g, *rest, **kw: real(p, g * world, *rest, **kw)
+    return zero.zero_worker(rank, world, work, 2)
+
+
+def test_a_missing_mean_over_ranks_is_seen_although_adam_scales_it_away(adam_reference):
+    """The negative control of the ZeRO proofs: Adam's update changes only through eps when every
+    gradient is k times too large. Measured here: the bug moves a parameter by 1.2e-5 after four
+    steps (where a gradient is near zero, eps matters), the correct code by 2e-16; the proofs'
+    tolerance of 1e-11 lies far between."""
+    out = run_workers(zero_without_the_mean, 3, WORK, backend="gloo")
+    assert max_diff(out[0]["params"], adam_reference[0]) > 1e-8
+
+
 def test_zero_refuses_bad_arguments():
     with pytest.raises(ValueError, match="ZeRO stage 4 does not exist"):
         zero_worker(0, 2, WORK, 4)
