@@ -102,6 +102,29 @@ def small_data(tmp_path_factory) -> Path:
     return write_idx(tmp_path_factory.mktemp("fashion-mnist"))
 
 
+# --- the training script's jobs (test_train_ranks, _strategies, _accumulate) ------------------
+
+
+@pytest.fixture(scope="session")
+def job_env(tmp_path_factory) -> dict:
+    """The environment of a training job on the small data set (the same files every time)."""
+    from train_launch import job_env
+
+    return job_env(write_idx(tmp_path_factory.mktemp("job-data")))
+
+
+@pytest.fixture(scope="session")
+def one_process(job_env, tmp_path_factory) -> dict:
+    """Final parameters of the float64 job on one process started without a launcher: what
+    every parallel job of the training script is compared with."""
+    from train_launch import ARGS64, SCRIPT, load, run
+
+    cwd = tmp_path_factory.mktemp("one-process")
+    _, out = run([sys.executable, *SCRIPT, *ARGS64, "--save", "final.pt"], job_env, cwd)
+    assert "world size 1 (gloo, cpu, ddp)" in out and "epoch 2/2" in out, out
+    return load(cwd / "final.pt")
+
+
 # --- a tiny Fashion-MNIST whose examples say who they are (tests of the data layer) -------------
 
 N_TRAIN, N_TEST = 50, 20

@@ -13,35 +13,20 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-from train_launch import ARGS, SCRIPT, job_env, load, max_diff, run, torchrun
+from train_launch import ARGS, ARGS64, SCRIPT, load, max_diff, run, torchrun
 
 from d2l_gpu import train
 from d2l_gpu.models import LeNet
 from d2l_gpu.train.config import Placement, TrainConfig
 from d2l_gpu.train.strategies.ddp import DDPStrategy
 
-ARGS64 = [*ARGS, "--dtype", "float64"]
-
-
-@pytest.fixture(scope="module")
-def env(small_data) -> dict:
-    return job_env(small_data)
-
-
-@pytest.fixture(scope="module")
-def one_process(env, tmp_path_factory) -> dict:
-    """Final parameters of the job on a single process, without accumulation."""
-    cwd = tmp_path_factory.mktemp("one")
-    run([sys.executable, *SCRIPT, *ARGS64, "--save", "final.pt"], env, cwd)
-    return load(cwd / "final.pt")
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_accumulated_micro_batches_equal_one_process(env, tmp_path, one_process, strategy):
+def test_accumulated_micro_batches_equal_one_process(job_env, tmp_path, one_process, strategy):
     """2 ranks x 4 micro-batches of 4 examples = one process with global batches of 32; the
     negative control: a job whose global batch is the micro-batches' 8 ends elsewhere."""
-    cmd, env2 = torchrun(2, env, tmp_path)
+    cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--accumulate", "4", "--save", "final.pt"]
     _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
     assert f"world size 2 (gloo, cpu, {strategy})" in out, out
@@ -50,7 +35,7 @@ def test_accumulated_micro_batches_equal_one_process(env, tmp_path, one_process,
     small = tmp_path / "small-batches"
     small.mkdir()
     args = [*ARGS64, "--batch-size", "8", "--save", "final.pt"]  # the last --batch-size wins
-    run([sys.executable, *SCRIPT, *args], env, small)
+    run([sys.executable, *SCRIPT, *args], job_env, small)
     assert max_diff(load(small / "final.pt"), one_process) > 1e-6
 
 

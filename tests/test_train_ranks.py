@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from train_launch import (
     ARGS,
+    ARGS64,
     SCRIPT,
     TIMEOUT,
-    job_env,
     launched,
     load,
     max_diff,
@@ -25,22 +25,6 @@ from train_launch import (
     run_with_a_kill,
     torchrun,
 )
-
-ARGS64 = [*ARGS, "--dtype", "float64"]  # exactness over 16 steps: float64, any machine
-
-
-@pytest.fixture(scope="module")
-def env(small_data) -> dict:
-    return job_env(small_data)
-
-
-@pytest.fixture(scope="module")
-def one_process(env, tmp_path_factory) -> dict:
-    """Final parameters of a single process started without a launcher."""
-    cwd = tmp_path_factory.mktemp("one")
-    _, out = run([sys.executable, *SCRIPT, *ARGS64, "--save", "final.pt"], env, cwd)
-    assert "world size 1 (gloo, cpu, ddp)" in out and "epoch 2/2" in out, out
-    return load(cwd / "final.pt")
 
 
 def listening(pids: set[int]) -> set[str]:
@@ -67,10 +51,10 @@ def job_pids(root: int) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(env, tmp_path_factory) -> tuple[dict, set[str]]:
+def two_ranks(job_env, tmp_path_factory) -> tuple[dict, set[str]]:
     """Final parameters of two ranks under torchrun, and the addresses the job listened on."""
     cwd = tmp_path_factory.mktemp("two")
-    cmd, env2 = torchrun(2, env, cwd)
+    cmd, env2 = torchrun(2, job_env, cwd)
     addresses: set[str] = set()
     watch = shutil.which("ss") is not None and Path("/proc").is_dir()
     with launched([*cmd, *SCRIPT, *ARGS64, "--save", "final.pt"], env2, cwd) as proc:
@@ -99,12 +83,12 @@ def test_one_machine_job_listens_on_loopback_only(two_ranks):
 
 
 @pytest.mark.slow
-def test_killed_rank_restarts_and_resumes(env, tmp_path, two_ranks):
+def test_killed_rank_restarts_and_resumes(job_env, tmp_path, two_ranks):
     """SIGKILL rank 1 from outside after the epoch-1 checkpoint: torchrun restarts both ranks,
     which resume from epoch 1 and end with the uninterrupted job's weights."""
 
     def job(folder):
-        cmd, env2 = torchrun(2, env, folder, "--max-restarts", "1")
+        cmd, env2 = torchrun(2, job_env, folder, "--max-restarts", "1")
         return [*cmd, *SCRIPT, *ARGS64, "--checkpoint", "ckpt.pt", "--save", "final.pt"], env2
 
     code, out, tmp_path = run_with_a_kill(job, tmp_path)
@@ -118,9 +102,9 @@ def test_killed_rank_restarts_and_resumes(env, tmp_path, two_ranks):
 
 
 @pytest.mark.slow
-def test_two_machines_one_job(env, tmp_path, one_process):
+def test_two_machines_one_job(job_env, tmp_path, one_process):
     """Two torchrun agents (--nnodes 2, one worker each) meet through a shared rendezvous file."""
-    cmd, env2 = torchrun(1, env, tmp_path, "--nnodes", "2", "--rdzv-id", "d2l-test")
+    cmd, env2 = torchrun(1, job_env, tmp_path, "--nnodes", "2", "--rdzv-id", "d2l-test")
     where = cmd.index("--rdzv-endpoint") + 1
     cmd[where] = str(tmp_path / "rdzv-shared")  # both agents: the same file
     cmd = [*cmd, *SCRIPT, *ARGS64, "--save", "final.pt"]
@@ -146,7 +130,7 @@ print("status", status, "before", before, "after", native_threads())
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads threads from Linux /proc")
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "pipeline"])
-def test_group_threads_are_joined_before_the_interpreter_exits(env, tmp_path, strategy):
+def test_group_threads_are_joined_before_the_interpreter_exits(job_env, tmp_path, strategy):
     """The root of the rare SIGABRT at exit: gloo threads still alive at interpreter shutdown.
 
     A gloo thread that releases a finished collective's tensors during shutdown needs the GIL,
@@ -155,7 +139,7 @@ def test_group_threads_are_joined_before_the_interpreter_exits(env, tmp_path, st
     """
     args = [*ARGS, "--epochs", "1", "--limit", "64", "--checkpoint", "ckpt.pt"]
     args += ["--strategy", strategy]
-    _, out = run([sys.executable, "-c", CHECK_THREADS, *args], env, tmp_path)
+    _, out = run([sys.executable, "-c", CHECK_THREADS, *args], job_env, tmp_path)
     before, after = re.search(r"before (\[.*\]) after (\[.*\])", out).groups()
     assert "status 0" in out and before == after, out
     assert "gloo" not in after, out

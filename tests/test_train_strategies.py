@@ -14,8 +14,8 @@ import sys
 import pytest
 from train_launch import (
     ARGS,
+    ARGS64,
     SCRIPT,
-    job_env,
     load,
     max_diff,
     run,
@@ -25,27 +25,13 @@ from train_launch import (
 
 from d2l_gpu import train
 
-ARGS64 = [*ARGS, "--dtype", "float64"]
 PARALLEL = ["fsdp", "pipeline"]  # ddp: tests/test_train_ranks.py
-
-
-@pytest.fixture(scope="module")
-def env(small_data) -> dict:
-    return job_env(small_data)
-
-
-@pytest.fixture(scope="module")
-def one_process(env, tmp_path_factory) -> dict:
-    """Final parameters of the plain job on a single process (ddp, a group of one)."""
-    cwd = tmp_path_factory.mktemp("one")
-    run([sys.executable, *SCRIPT, *ARGS64, "--save", "final.pt"], env, cwd)
-    return load(cwd / "final.pt")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", PARALLEL)
-def test_two_ranks_equal_one_process(env, tmp_path, one_process, strategy):
-    cmd, env2 = torchrun(2, env, tmp_path)
+def test_two_ranks_equal_one_process(job_env, tmp_path, one_process, strategy):
+    cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--save", "final.pt"]
     _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
     assert f"world size 2 (gloo, cpu, {strategy})" in out, out
@@ -54,11 +40,11 @@ def test_two_ranks_equal_one_process(env, tmp_path, one_process, strategy):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", PARALLEL)
-def test_killed_rank_resumes_to_the_uninterrupted_result(env, tmp_path, one_process, strategy):
+def test_killed_rank_resumes_to_the_uninterrupted_result(job_env, tmp_path, one_process, strategy):
     extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
 
     def job(folder):
-        cmd, env2 = torchrun(2, env, folder, "--max-restarts", "1")
+        cmd, env2 = torchrun(2, job_env, folder, "--max-restarts", "1")
         return [*cmd, *SCRIPT, *ARGS64, *extra], env2
 
     code, out, tmp_path = run_with_a_kill(job, tmp_path)
@@ -109,12 +95,12 @@ def test_old_pytorch_refused_with_the_version_needed(lone, monkeypatch, capsys):
         assert "needs PyTorch 2.6 or newer; this is 2.4.1" in capsys.readouterr().err
 
 
-def _job(ranks: int, env: dict, folder, extra: list[str]) -> None:
+def _job(ranks: int, job_env: dict, folder, extra: list[str]) -> None:
     """The job on `ranks` processes (1: plain python, a group of one) in `folder`."""
     if ranks == 1:
-        run([sys.executable, *SCRIPT, *ARGS64, *extra], env, folder)
+        run([sys.executable, *SCRIPT, *ARGS64, *extra], job_env, folder)
     else:
-        cmd, env2 = torchrun(ranks, env, folder)
+        cmd, env2 = torchrun(ranks, job_env, folder)
         run([*cmd, *SCRIPT, *ARGS64, *extra], env2, folder)
 
 
@@ -122,11 +108,11 @@ def _job(ranks: int, env: dict, folder, extra: list[str]) -> None:
 @pytest.mark.parametrize("strategy", ["ddp", *PARALLEL])
 @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
 def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
-    env, tmp_path, one_process, strategy, before, after
+    job_env, tmp_path, one_process, strategy, before, after
 ):
     """An elastic job re-formed with fewer or more ranks: epoch 1 on `before`, 2 on `after`."""
     extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
-    _job(before, env, tmp_path, [*extra, "--epochs", "1"])
+    _job(before, job_env, tmp_path, [*extra, "--epochs", "1"])
     assert load(tmp_path / "ckpt.pt")["world_size"] == before
-    _job(after, env, tmp_path, extra)
+    _job(after, job_env, tmp_path, extra)
     assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
