@@ -14,6 +14,8 @@ from d2l_gpu.parallel.expert_parallel import (
     ExpertParallelMoE,
     MoE,
     all_to_all_bytes,
+    gather_experts,
+    sent_matrix,
 )
 from d2l_gpu.parallel.moe_worker import MoEWorkload, expert_parallel_worker, train_moe_one_device
 from d2l_gpu.workers import run_workers
@@ -197,6 +199,10 @@ def test_aux_loss_by_hand_and_its_gradient_reaches_the_router():
         (lambda: expert_parallel_worker(0, 2, "work"), TypeError, "MoEWorkload"),
         (lambda: expert_parallel_worker(0, 2, replace(WORK[2], tokens=33)), ValueError, "33"),
         (lambda: all_to_all_bytes(torch.ones(2, 3), 4, 8), ValueError, "square"),
+        (lambda: ExpertParallelMoE(torch.nn.Linear(2, 2), 0, 2), TypeError, "MoE"),
+        (lambda: ExpertParallelMoE(MoE(8, 16, 4), 2, 2), ValueError, "rank"),
+        (lambda: sent_matrix(MoE(8, 16, 4), torch.ones(4, 8), 3), ValueError, "num_experts=4"),
+        (lambda: gather_experts(ExpertParallelMoE(MoE(8, 16, 4), 0, 2)), RuntimeError, "group"),
     ],
 )
 def test_bad_input_is_refused_in_one_sentence(call, error, words):

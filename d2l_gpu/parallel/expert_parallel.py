@@ -11,9 +11,14 @@ ceil(capacity_factor * tokens * k / num_experts) of its assignments, first come 
 load-balancing loss is num_experts * sum_e f_e * P_e, with f_e the fraction of assignments routed
 to expert e (before capacity) and P_e the router's mean probability for e.
 
+Across ranks, each rank routes its own tokens against a capacity counted on its own tokens, as
+real systems do: with nothing dropped the ranks together equal one device on all tokens; with
+drops, each rank equals one device on its slice. One step: an all-to-all of counts (rows per
+expert), the dispatch all-to-all, the local experts, the combine all-to-all back, the gates.
+
 The job these layers train, its one-device reference and the worker are in moe_worker.py.
-The collectives are written to NCCL's rules (contiguous tensors on `rank_device()`, split sizes
-as Python lists), but only gloo ran them here: `all_to_all_single` with uneven splits.
+The collectives are written to NCCL's rules (contiguous tensors on the rank's device, split
+sizes as Python lists), but only gloo ran them here: `all_to_all_single` with uneven splits.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ class Routing(NamedTuple):
     keep: torch.Tensor
 
 
-def check_moe(caller: str, d_model, ffn, num_experts, top_k, capacity_factor) -> None:
+def check_moe(
+    caller: str, d_model: int, ffn: int, num_experts: int, top_k: int, capacity_factor: float
+) -> None:
     """Refuse sizes below 1, a top_k other than 1 or 2 or above num_experts, a capacity <= 0."""
     for name, value in (("d_model", d_model), ("ffn", ffn), ("num_experts", num_experts)):
         _checks.whole(f"{caller}: {name}", value)
@@ -206,7 +213,9 @@ class ExpertParallelMoE(nn.Module):
             out = out.index_copy(0, rows, expert(recv[rows]))
         return out
 
-    def combine(self, back, tokens, gates, n: int) -> torch.Tensor:
+    def combine(
+        self, back: torch.Tensor, tokens: torch.Tensor, gates: torch.Tensor, n: int
+    ) -> torch.Tensor:
         """Each token's sum of its experts' results (rows of `back`) times their gates."""
         return back.new_zeros((n, self.d_model)).index_add(0, tokens, gates[:, None] * back)
 
@@ -220,7 +229,7 @@ class ExpertParallelMoE(nn.Module):
         return self.num_experts * (f * r.probs.sum(0)).sum() / counts[-1]
 
 
-def experts_divide(caller: str, num_experts, world) -> None:
+def experts_divide(caller: str, num_experts: int, world: int) -> None:
     """Refuse a number of experts that the ranks cannot share evenly."""
     if num_experts % world:
         raise ValueError(
