@@ -128,6 +128,14 @@ _NAMES = {
         "train_batch",
         "train_parallel",
     ],
+    "parallel.expert_parallel": [
+        "ExpertParallelMoE",
+        "MoE",
+        "Routing",
+        "all_to_all_bytes",
+        "gather_experts",
+        "sent_matrix",
+    ],
     "parallel.footprint": [
         "CollectiveCounter",
         "MemoryMeter",
@@ -145,6 +153,7 @@ _NAMES = {
         "checkpoint_every",
         "memory_breakdown",
     ],
+    "parallel.moe_worker": ["MoEWorkload", "expert_parallel_worker", "train_moe_one_device"],
     "parallel.pipeline": ["pipeline_worker", "torch_pipeline_worker"],
     "parallel.schedules": [
         "SCHEDULES",

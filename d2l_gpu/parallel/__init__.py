@@ -13,6 +13,8 @@ footprint.py       memory and collectives measured while a worker trains (lesson
 workload.py        the one-device reference run the split models are compared with (9, 10)
 collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 12)
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
+expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all, from scratch
+moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker
 worker_args.py     the argument checks of the workers above, before any message is sent
 
 New techniques (sequence, context or expert parallelism, device meshes) get a module here.
