@@ -147,6 +147,8 @@ def test_bad_input():
         sp.transformer_parallel_worker(0, 2, {"seq_len": 8}, "tp")
     with pytest.raises(ValueError, match="d_model=10 is not a multiple of num_heads=4"):
         tp.TransformerWorkload(d_model=10)
+    with pytest.raises(TypeError, match="starts with Linear"):
+        tp.parallelize_transformer(torch.nn.Sequential(torch.nn.Linear(2, 2)), None, False)
     with pytest.raises(TypeError, match="mesh must be a 1-D DeviceMesh"):
         tp.parallelize_transformer(WORK.model(), "cpu", sequence_parallel=True)
     with pytest.raises(ValueError, match="seq_len=7 is not a multiple"):

@@ -163,9 +163,12 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
 
     Each TransformerBlock becomes a HeadParallelBlock with regrouped qkv rows, so that
     ColwiseParallel's contiguous split gives each rank its heads' q, k and v; proj and fc2 are
-    RowwiseParallel. With `sequence_parallel`, the norms are SequenceParallel, the residual
-    stream is sharded along the sequence (Shard(1)), the embedding scatters it and the output
-    layer gathers it; DTensor all-reduces the norms' gradients itself.
+    RowwiseParallel; its forward takes the local number of heads from qkv's local output.
+    With `sequence_parallel`, the norms are SequenceParallel and the residual stream is sharded
+    along the sequence (Shard(1)): qkv and fc1 all-gather their input, proj and fc2
+    reduce-scatter their output, the embedding (split by vocabulary rows) scatters the sequence
+    and the output layer (split by vocabulary columns) gathers it. DTensor sums the gradients
+    of the replicated norms over ranks itself. No PrepareModuleInput is needed.
     """
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard
@@ -174,8 +177,12 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
     _checks.module("parallelize_transformer: net", net, sequential=True)
-    if not isinstance(net[0], nn.Embedding):
-        raise TypeError("parallelize_transformer: net must come from d2l.transformer(...)")
+    if not len(net) or not isinstance(net[0], nn.Embedding):
+        first = type(net[0]).__name__ if len(net) else "nothing"
+        raise TypeError(
+            f"parallelize_transformer: net must come from d2l.transformer(...), which starts "
+            f"with an Embedding; this one starts with {first}"
+        )
     if not isinstance(mesh, DeviceMesh) or mesh.ndim != 1:
         raise TypeError(f"parallelize_transformer: mesh must be a 1-D DeviceMesh, got {mesh!r}")
     world, plan = mesh.size(), {}
