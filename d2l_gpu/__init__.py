@@ -171,6 +171,15 @@ _NAMES = {
         "stage_forward",
         "walk_schedule",
     ],
+    "parallel.sequence_parallel": [
+        "GatherSequence",
+        "ScatterSequence",
+        "activation_bytes_per_rank",
+        "all_reduce_norm_grads",
+        "parallel_transformer",
+        "sequence_parallel_block",
+        "transformer_parallel_worker",
+    ],
     "parallel.splitting": ["balanced_cuts", "layer_table", "split_costs", "split_stages"],
     "parallel.tensor_parallel": [
         "ChannelParallelConv2d",
@@ -181,6 +190,17 @@ _NAMES = {
         "megatron_mlp",
         "tensor_parallel_worker",
         "torch_tensor_parallel_worker",
+    ],
+    "parallel.transformer_parallel": [
+        "HeadParallelBlock",
+        "TransformerWorkload",
+        "full_transformer_parameters",
+        "group_qkv",
+        "parallelize_transformer",
+        "tensor_parallel_block",
+        "train_transformer",
+        "transformer_loss",
+        "ungroup_qkv",
     ],
     "parallel.workload": ["Workload", "make_optimizer", "train_one_device"],
     "parallel.zero": [

@@ -6,6 +6,8 @@ schedules.py       pipeline schedules, their simulation and execution over stage
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (9)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
+transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor)
+sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both
 zero.py            ZeRO stages 1-3 from scratch (lesson 11)
 fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 11)
 memory.py          memory accounting: what each rank holds (lesson 11)

@@ -1,0 +1,277 @@
+"""Tensor parallelism for the small transformer of gpt.py, Megatron style: each rank holds some
+of the attention heads and a block of the MLP's hidden units, built by hand from a reference
+block's weights, and the same with PyTorch's `parallelize_module` (DTensor).
+
+The fused qkv layer stacks [q; k; v], each d_model rows with the heads contiguous inside. A
+rank needs the q, k and v rows of ITS heads, which are not one contiguous slice, so both
+versions first regroup the rows as [q_0; k_0; v_0; q_1; k_1; v_1; ...] (rank r's heads in block
+r); then an even split by output rows, as ColwiseParallel does, gives each rank its heads. The
+block's forward reads the number of heads from the qkv output (the local count), not from
+`num_heads`. Also the job both train (`TransformerWorkload`) and its SGD loop; the
+sequence-parallel variant and the worker live in sequence_parallel.py. Ran only on gloo.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+from .. import _checks
+from ..gpt import TransformerBlock, transformer
+from .tensor_parallel import _CopyToRanks, _my_slice, _SumOverRanks
+
+SPLIT_DIM = {"qkv.weight": 0, "qkv.bias": 0, "fc1.weight": 0, "fc1.bias": 0}
+SPLIT_DIM |= {"proj.weight": 1, "fc2.weight": 1}  # row-parallel: their input features
+SPLIT_LAYERS = ("proj", "fc1", "fc2")
+
+
+def check_heads(caller: str, block, world: int) -> None:
+    """Refuse a block whose heads or hidden units do not split evenly over `world` ranks."""
+    if not isinstance(block, TransformerBlock):
+        raise TypeError(f"{caller}: block must be a d2l.TransformerBlock, got {type(block)}")
+    heads, ffn = block.num_heads, block.fc1.out_features
+    if heads % world or ffn % world:
+        raise ValueError(
+            f"{caller}: num_heads={heads} and ffn={ffn} must both be multiples of world="
+            f"{world}; choose a number of ranks that divides them"
+        )
+
+
+def group_qkv(t: torch.Tensor, world: int) -> torch.Tensor:
+    """qkv rows [q; k; v] regrouped as [q_0; k_0; v_0; q_1; ...]: rank r's heads in block r."""
+    return (
+        t.reshape(3, world, t.shape[0] // (3 * world), *t.shape[1:]).transpose(0, 1).flatten(0, 2)
+    )
+
+
+def ungroup_qkv(t: torch.Tensor, world: int) -> torch.Tensor:
+    """The inverse of group_qkv: back to the fused layer's [q; k; v] order."""
+    return (
+        t.reshape(world, 3, t.shape[0] // (3 * world), *t.shape[1:]).transpose(0, 1).flatten(0, 2)
+    )
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    """An nn.Linear holding copies of `weight` and `bias` (so parameter names stay the same)."""
+    layer = nn.Linear(weight.shape[1], weight.shape[0], dtype=weight.dtype, device=weight.device)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(bias)
+    return layer
+
+
+class HeadParallelBlock(nn.Module):
+    """A TransformerBlock holding this rank's heads and hidden units (or all, grouped by rank).
+
+    `column(X, layer)` computes qkv and fc1 with the "f" collective before them, `row(X, layer)`
+    proj and fc2 with the "g" after them (before the bias); None leaves the layers whole and
+    plain, for DTensor to split.
+    `regroup=False` splits qkv's rows contiguously instead: the wrong heads (a negative control).
+    """
+
+    def __init__(
+        self,
+        block: TransformerBlock,
+        world: int,
+        rank: int | None = None,
+        column=None,
+        row=None,
+        regroup: bool = True,
+    ):
+        super().__init__()
+        _checks.whole("HeadParallelBlock: world", world)
+        if rank is not None:
+            _checks.ranks("HeadParallelBlock", rank, world)
+        check_heads("HeadParallelBlock", block, world)
+        self.head_dim = block.qkv.in_features // block.num_heads
+        self.world, self.regroup, self.column, self.row = world, regroup, column, row
+        self.ln1, self.ln2 = copy.deepcopy(block.ln1), copy.deepcopy(block.ln2)
+        w, b = block.qkv.weight.detach(), block.qkv.bias.detach()
+        if regroup:
+            w, b = group_qkv(w, world), group_qkv(b, world)
+        self.qkv = _linear(w, b)
+        self.proj, self.fc1, self.fc2 = (copy.deepcopy(getattr(block, n)) for n in SPLIT_LAYERS)
+        if rank is not None:  # keep this rank's slices: qkv, fc1 by rows; proj, fc2 by columns
+            for name, p in list(self.named_parameters()):
+                if name in SPLIT_DIM:
+                    layer, attr = name.split(".")
+                    setattr(getattr(self, layer), attr, _my_slice(p, SPLIT_DIM[name], rank, world))
+
+    def _column(self, layer: nn.Linear, X: torch.Tensor) -> torch.Tensor:
+        return layer(X) if self.column is None else self.column(X, layer)
+
+    def _row(self, layer: nn.Linear, X: torch.Tensor) -> torch.Tensor:
+        return layer(X) if self.row is None else self.row(X, layer)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._column(self.qkv, self.ln1(X)).chunk(3, dim=-1)  # this rank's heads
+        q, k, v = (t.unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for t in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        X = X + self._row(self.proj, att.transpose(1, 2).flatten(2))
+        return X + self._row(self.fc2, F.gelu(self._column(self.fc1, self.ln2(X))))
+
+
+def tp_column(X: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """A column-parallel layer after "f" (forward: identity; backward: all-reduce)."""
+    return F.linear(_CopyToRanks.apply(X), layer.weight, layer.bias)
+
+
+def tp_row(X: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """A row-parallel layer, then "g" (forward: all-reduce; backward: identity), then the bias."""
+    return _SumOverRanks.apply(F.linear(X, layer.weight)) + layer.bias  # the bias once
+
+
+def tensor_parallel_block(block: TransformerBlock, rank: int, world: int) -> nn.Module:
+    """This rank's part of `block`: its heads and hidden units; one all-reduce per sub-layer."""
+    _checks.ranks("tensor_parallel_block", rank, world)
+    check_heads("tensor_parallel_block", block, world)
+    return HeadParallelBlock(block, world, rank, tp_column, tp_row)
+
+
+def _full(p: torch.Tensor, dim: int | None) -> torch.Tensor:
+    """The whole of a parameter: a DTensor's full tensor, a slice all-gathered, or p itself."""
+    p = p.detach()
+    if hasattr(p, "full_tensor"):
+        return p.full_tensor()
+    if dim is None:
+        return p.clone()
+    parts = [torch.empty_like(p) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, p.contiguous())
+    return torch.cat(parts, dim=dim)
+
+
+def full_transformer_parameters(net: nn.Module) -> list[torch.Tensor]:
+    """Every parameter of a split transformer, whole, in the one-device model's order and layout."""
+    _checks.module("full_transformer_parameters: net", net)
+    out = []
+    for module in net.children():
+        sliced = isinstance(module, HeadParallelBlock) and module.column is not None
+        for name, p in module.named_parameters():
+            full = _full(p, SPLIT_DIM.get(name) if sliced else None)
+            regrouped = isinstance(module, HeadParallelBlock) and module.regroup
+            out.append(ungroup_qkv(full, module.world) if regrouped and name[:3] == "qkv" else full)
+    return out
+
+
+def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -> nn.Sequential:
+    """Split `net` (from d2l.transformer) over a 1-D mesh with parallelize_module, in place.
+
+    Each TransformerBlock becomes a HeadParallelBlock with regrouped qkv rows, so that
+    ColwiseParallel's contiguous split gives each rank its heads' q, k and v; proj and fc2 are
+    RowwiseParallel; its forward takes the local number of heads from qkv's local output.
+    With `sequence_parallel`, the norms are SequenceParallel and the residual stream is sharded
+    along the sequence (Shard(1)): qkv and fc1 all-gather their input, proj and fc2
+    reduce-scatter their output, the embedding (split by vocabulary rows) scatters the sequence
+    and the output layer (split by vocabulary columns) gathers it. DTensor sums the gradients
+    of the replicated norms over ranks itself. No PrepareModuleInput is needed.
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel as Col
+    from torch.distributed.tensor.parallel import RowwiseParallel as Row
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    _checks.module("parallelize_transformer: net", net, sequential=True)
+    if not len(net) or not isinstance(net[0], nn.Embedding):
+        first = type(net[0]).__name__ if len(net) else "nothing"
+        raise TypeError(
+            f"parallelize_transformer: net must come from d2l.transformer(...), which starts "
+            f"with an Embedding; this one starts with {first}"
+        )
+    if not isinstance(mesh, DeviceMesh) or mesh.ndim != 1:
+        raise TypeError(f"parallelize_transformer: mesh must be a 1-D DeviceMesh, got {mesh!r}")
+    world, plan = mesh.size(), {}
+    for i, unit in enumerate(net):
+        if not isinstance(unit, TransformerBlock):
+            continue
+        check_heads("parallelize_transformer", unit, world)
+        net[i] = HeadParallelBlock(unit, world)
+        if sequence_parallel:
+            for norm in ("ln1", "ln2"):
+                plan[f"{i}.{norm}"] = SequenceParallel()
+            for name in ("qkv", "fc1"):
+                plan[f"{i}.{name}"] = Col(input_layouts=Shard(1))  # all-gather the sequence
+            for name in ("proj", "fc2"):
+                plan[f"{i}.{name}"] = Row(output_layouts=Shard(1))  # reduce-scatter it
+        else:
+            plan |= {f"{i}.qkv": Col(), f"{i}.proj": Row(), f"{i}.fc1": Col(), f"{i}.fc2": Row()}
+    if sequence_parallel:
+        last = len(net) - 1  # net ends with LayerNorm, Linear
+        plan["0"] = Row(input_layouts=Replicate(), output_layouts=Shard(1))
+        plan[str(last - 1)] = SequenceParallel()
+        plan[str(last)] = Col(input_layouts=Shard(1), output_layouts=Replicate())
+    return parallelize_module(net, mesh, plan)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerWorkload:
+    """The job: d2l.transformer of these sizes on one batch of random tokens, plain SGD."""
+
+    vocab: int = 32
+    d_model: int = 16
+    num_heads: int = 4
+    num_layers: int = 2
+    seq_len: int = 8
+    batch_size: int = 2
+    steps: int = 2
+    lr: float = 0.1
+    dtype: torch.dtype = torch.float64
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "num_heads", "num_layers", "seq_len", "batch_size"):
+            _checks.whole(f"TransformerWorkload: {name}", getattr(self, name))
+        _checks.whole("TransformerWorkload: steps", self.steps)
+        _checks.number("TransformerWorkload: lr", self.lr, positive=True)
+        _checks.whole("TransformerWorkload: seed", self.seed, least=0)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
+                f"{self.num_heads}; choose sizes whose heads divide the width"
+            )
+        if self.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(
+                f"TransformerWorkload: dtype must be a floating dtype, got {self.dtype!r}"
+            )
+
+    def data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Seeded random tokens X [batch, seq_len] and their next tokens y (the targets)."""
+        g = torch.Generator().manual_seed(self.seed)
+        tokens = torch.randint(self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
+        return tokens[:, :-1], tokens[:, 1:]
+
+    def model(self) -> nn.Sequential:
+        """The one-device reference model, in `dtype`."""
+        net = transformer(self.vocab, self.d_model, self.num_heads, self.num_layers, self.seed)
+        return net.to(self.dtype)
+
+
+def transformer_loss(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the next-token predictions net(X) against y."""
+    logits = net(X)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def train_transformer(
+    net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float, sync=None
+) -> list[float]:
+    """`steps` plain SGD steps on (X, y), in place, `sync(net)` after each backward; the losses."""
+    _checks.module("train_transformer: net", net)
+    _checks.whole("train_transformer: steps", steps)
+    losses = []
+    for _ in range(steps):
+        net.zero_grad()
+        loss = transformer_loss(net, X, y)
+        loss.backward()
+        if sync is not None:
+            sync(net)
+        with torch.no_grad():
+            for p in net.parameters():
+                p -= lr * p.grad
+        losses.append(loss.item())
+    return losses
