@@ -3,7 +3,7 @@ PyTorch's APIs:
 
 data_parallel.py   data parallelism from scratch (lesson 5)
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
-pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (9)
+pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
 transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor)
@@ -12,7 +12,7 @@ zero.py            ZeRO stages 1-3 from scratch (lesson 11)
 fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 11)
 memory.py          memory accounting: what each rank holds (lesson 11)
 footprint.py       memory and collectives measured while a worker trains (lessons 10, 11)
-workload.py        the one-device reference run the split models are compared with (9, 10)
+workload.py        the jobs the workers train, and the one-device runs they are compared with (10, 11)
 collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 12)
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
 expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all, from scratch
