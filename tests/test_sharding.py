@@ -155,8 +155,10 @@ def test_zero_3_frees_each_gathered_weight_after_use(group_of_one, monkeypatch, 
     extra = []
     for depth in (3, 6):
         work = workload.Workload(widths=[256] * depth + [4], steps=3, batch_size=4, lr=1e-3)
-        run = zero_worker(0, 1, work, 3)
-        extra.append(run["peak"] - run["held"])
+        # the profiler's record can miss a free made by another thread and so overstate a peak
+        # (1 run in 4 here, by one gathered weight): the smallest of three runs
+        runs = [zero_worker(0, 1, work, 3) for _ in range(3)]
+        extra.append(min(run["peak"] - run["held"] for run in runs))
     layer = 256 * 257 * 8
     grows = extra[1] - extra[0]
     assert (grows < layer / 2) != keep_gathered, (extra, layer)

@@ -12,7 +12,7 @@ zero.py            ZeRO stages 1-3 from scratch (lesson 11)
 fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 11)
 memory.py          memory accounting: what each rank holds (lesson 11)
 footprint.py       memory and collectives measured while a worker trains (lessons 10, 11)
-workload.py        the jobs the workers train, and the one-device runs they are compared with (10, 11)
+workload.py        the jobs the workers train and the one-device runs they are compared with
 collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 12)
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
 expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all, from scratch

@@ -7,14 +7,13 @@ rank needs the q, k and v rows of ITS heads, which are not one contiguous slice,
 versions first regroup the rows as [q_0; k_0; v_0; q_1; k_1; v_1; ...] (rank r's heads in block
 r); then an even split by output rows, as ColwiseParallel does, gives each rank its heads. The
 block's forward reads the number of heads from the qkv output (the local count), not from
-`num_heads`. Also the job both train (`TransformerWorkload`) and its SGD loop; the
+`num_heads`. The job both train (`TransformerWorkload`) and its SGD loop are in workload.py; the
 sequence-parallel variant and the worker live in sequence_parallel.py. Ran only on gloo.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -22,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
-from ..gpt import TransformerBlock, transformer
+from ..gpt import TransformerBlock
 from .tensor_parallel import _CopyToRanks, _my_slice, _SumOverRanks
 
 SPLIT_DIM = {"qkv.weight": 0, "qkv.bias": 0, "fc1.weight": 0, "fc1.bias": 0}
@@ -206,72 +205,3 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
         plan[str(last - 1)] = SequenceParallel()
         plan[str(last)] = Col(input_layouts=Shard(1), output_layouts=Replicate())
     return parallelize_module(net, mesh, plan)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TransformerWorkload:
-    """The job: d2l.transformer of these sizes on one batch of random tokens, plain SGD."""
-
-    vocab: int = 32
-    d_model: int = 16
-    num_heads: int = 4
-    num_layers: int = 2
-    seq_len: int = 8
-    batch_size: int = 2
-    steps: int = 2
-    lr: float = 0.1
-    dtype: torch.dtype = torch.float64
-    seed: int = 0
-
-    def __post_init__(self):
-        for name in ("vocab", "d_model", "num_heads", "num_layers", "seq_len", "batch_size"):
-            _checks.whole(f"TransformerWorkload: {name}", getattr(self, name))
-        _checks.whole("TransformerWorkload: steps", self.steps)
-        _checks.number("TransformerWorkload: lr", self.lr, positive=True)
-        _checks.whole("TransformerWorkload: seed", self.seed, least=0)
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
-                f"{self.num_heads}; choose sizes whose heads divide the width"
-            )
-        if self.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            raise TypeError(
-                f"TransformerWorkload: dtype must be a floating dtype, got {self.dtype!r}"
-            )
-
-    def data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Seeded random tokens X [batch, seq_len] and their next tokens y (the targets)."""
-        g = torch.Generator().manual_seed(self.seed)
-        tokens = torch.randint(self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
-        return tokens[:, :-1], tokens[:, 1:]
-
-    def model(self) -> nn.Sequential:
-        """The one-device reference model, in `dtype`."""
-        net = transformer(self.vocab, self.d_model, self.num_heads, self.num_layers, self.seed)
-        return net.to(self.dtype)
-
-
-def transformer_loss(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the next-token predictions net(X) against y."""
-    logits = net(X)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-def train_transformer(
-    net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float, sync=None
-) -> list[float]:
-    """`steps` plain SGD steps on (X, y), in place, `sync(net)` after each backward; the losses."""
-    _checks.module("train_transformer: net", net)
-    _checks.whole("train_transformer: steps", steps)
-    losses = []
-    for _ in range(steps):
-        net.zero_grad()
-        loss = transformer_loss(net, X, y)
-        loss.backward()
-        if sync is not None:
-            sync(net)
-        with torch.no_grad():
-            for p in net.parameters():
-                p -= lr * p.grad
-        losses.append(loss.item())
-    return losses

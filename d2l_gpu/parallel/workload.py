@@ -1,5 +1,6 @@
-"""What the workers of lessons 10 and 11 train (`Workload`), and the reference run they are
-compared with: one device, full batches, the lessons' optimizers."""
+"""What the workers train, and the one-device runs they are compared with: `Workload` (an MLP
+on a toy batch, lessons 10 and 11) with `train_one_device`; `TransformerWorkload` (the small
+transformer on random tokens) with `train_transformer`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch.nn import functional as F
 
 from .. import _checks
 from ..data.toy import toy_data
+from ..gpt import transformer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,5 +76,74 @@ def train_one_device(
         loss = F.cross_entropy(net(X), y)
         loss.backward()
         opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerWorkload:
+    """The job: d2l.transformer of these sizes on one batch of random tokens, plain SGD."""
+
+    vocab: int = 32
+    d_model: int = 16
+    num_heads: int = 4
+    num_layers: int = 2
+    seq_len: int = 8
+    batch_size: int = 2
+    steps: int = 2
+    lr: float = 0.1
+    dtype: torch.dtype = torch.float64
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "num_heads", "num_layers", "seq_len", "batch_size"):
+            _checks.whole(f"TransformerWorkload: {name}", getattr(self, name))
+        _checks.whole("TransformerWorkload: steps", self.steps)
+        _checks.number("TransformerWorkload: lr", self.lr, positive=True)
+        _checks.whole("TransformerWorkload: seed", self.seed, least=0)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
+                f"{self.num_heads}; choose sizes whose heads divide the width"
+            )
+        if self.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(
+                f"TransformerWorkload: dtype must be a floating dtype, got {self.dtype!r}"
+            )
+
+    def data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Seeded random tokens X [batch, seq_len] and their next tokens y (the targets)."""
+        g = torch.Generator().manual_seed(self.seed)
+        tokens = torch.randint(self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
+        return tokens[:, :-1], tokens[:, 1:]
+
+    def model(self) -> nn.Sequential:
+        """The one-device reference model, in `dtype`."""
+        net = transformer(self.vocab, self.d_model, self.num_heads, self.num_layers, self.seed)
+        return net.to(self.dtype)
+
+
+def transformer_loss(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the next-token predictions net(X) against y."""
+    logits = net(X)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def train_transformer(
+    net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float, sync=None
+) -> list[float]:
+    """`steps` plain SGD steps on (X, y), in place, `sync(net)` after each backward; the losses."""
+    _checks.module("train_transformer: net", net)
+    _checks.whole("train_transformer: steps", steps)
+    losses = []
+    for _ in range(steps):
+        net.zero_grad()
+        loss = transformer_loss(net, X, y)
+        loss.backward()
+        if sync is not None:
+            sync(net)
+        with torch.no_grad():
+            for p in net.parameters():
+                p -= lr * p.grad
         losses.append(loss.item())
     return losses
