@@ -163,6 +163,7 @@ _NAMES = {
         "walk_schedule",
     ],
     "parallel.splitting": ["balanced_cuts", "layer_table", "split_costs", "split_stages"],
+    "parallel.context_parallel": ["causal_work", "shard_sequence", "unshard_sequence"],
     "parallel.tensor_parallel": [
         "ChannelParallelConv2d",
         "ColumnParallelLinear",
