@@ -181,6 +181,7 @@ _NAMES = {
         "transformer_parallel_worker",
     ],
     "parallel.splitting": ["balanced_cuts", "layer_table", "split_costs", "split_stages"],
+    "parallel.context_parallel": ["causal_work", "shard_sequence", "unshard_sequence"],
     "parallel.tensor_parallel": [
         "ChannelParallelConv2d",
         "ColumnParallelLinear",

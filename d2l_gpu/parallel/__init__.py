@@ -5,6 +5,7 @@ data_parallel.py   data parallelism from scratch (lesson 5)
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
+context_parallel.py sequence layouts for context parallelism (contiguous, zig-zag)
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
 transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor)
 sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both
