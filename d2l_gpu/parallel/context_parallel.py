@@ -1,16 +1,17 @@
-"""Context parallelism, first part: the sequence split over ranks and the causal work per rank.
+"""How context parallelism lays a sequence over ranks, and the causal attention work per rank.
 
 Each rank holds a part of the sequence. "contiguous" gives rank r the r-th of `world` equal
 pieces; "zigzag" cuts the sequence in 2*world chunks and gives rank r chunks r and
-2*world-1-r, so under a causal mask every rank computes the same number of score blocks.
-Ring attention itself (keys/values passed around the ring) is not written yet.
+2*world-1-r. Under a causal mask a query attends only to earlier keys, so with the contiguous
+layout the last rank computes the most score blocks and the first the fewest; with the zig-zag
+layout every rank computes the same number (`causal_work` counts them).
 """
 
 from __future__ import annotations
 
 import torch
 
-from d2l_gpu._checks import one_of, whole
+from .._checks import one_of, whole
 
 LAYOUTS = ("contiguous", "zigzag")
 
