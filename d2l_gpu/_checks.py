@@ -37,6 +37,17 @@ def number(name: str, value, *, positive: bool = False) -> float:
     return value
 
 
+def floating_dtype(name: str, value):
+    """`value` if it is a floating torch.dtype such as torch.float32, else a sentence."""
+    import torch
+
+    if not (isinstance(value, torch.dtype) and value.is_floating_point):
+        raise TypeError(
+            f"{name} must be a floating torch.dtype such as torch.float32, got {value!r}"
+        )
+    return value
+
+
 def callable_(name: str, value) -> Callable:
     """`value` if it can be called, else a sentence naming `name`."""
     if not callable(value):

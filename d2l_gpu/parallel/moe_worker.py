@@ -55,8 +55,7 @@ class MoEWorkload:
         _checks.number(f"{c}: lr", self.lr, positive=True)
         _checks.whole(f"{c}: seed", self.seed, least=0)
         _checks.number(f"{c}: aux_weight", self.aux_weight)
-        if not (isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point):
-            raise TypeError(f"{c}: dtype must be a floating torch.dtype, got {self.dtype!r}")
+        _checks.floating_dtype(f"{c}: dtype", self.dtype)
 
     def model(self) -> MoE:
         """The layer every rank starts from, seeded."""

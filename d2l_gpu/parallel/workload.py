@@ -40,11 +40,7 @@ class Workload:
         _checks.whole("Workload: batch_size", self.batch_size)
         _checks.number("Workload: lr", self.lr, positive=True)
         _checks.whole("Workload: seed", self.seed, least=0)
-        if self.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            raise TypeError(
-                f"Workload: dtype must be a floating torch.dtype such as torch.float32, "
-                f"got {self.dtype!r}"
-            )
+        _checks.floating_dtype("Workload: dtype", self.dtype)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole batch (X, y): random features of widths[0], labels below widths[-1]."""
@@ -106,10 +102,7 @@ class TransformerWorkload:
                 f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
                 f"{self.num_heads}; choose sizes whose heads divide the width"
             )
-        if self.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            raise TypeError(
-                f"TransformerWorkload: dtype must be a floating dtype, got {self.dtype!r}"
-            )
+        _checks.floating_dtype("TransformerWorkload: dtype", self.dtype)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Seeded random tokens X [batch, seq_len] and their next tokens y (the targets)."""
