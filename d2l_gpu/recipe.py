@@ -54,6 +54,10 @@ def make_step(net, optimizer, loss, device, *, channels_last=False, amp=False, s
     """Return step(X, y) -> loss as a device tensor: one optimizer update, and one step of the
     schedule if the update happened (fp16's GradScaler skips a step whose gradients overflowed,
     and reads that check back to the host; nothing else does)."""
+    if not isinstance(net, torch.nn.Module) or not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("make_step needs a module and a torch.optim optimizer of its parameters")
+    if not callable(loss) or not (isinstance(amp, bool) or isinstance(amp, torch.dtype)):
+        raise TypeError(f"make_step needs a loss function, and amp True, False or a dtype: {amp!r}")
     device = torch.device(device)
     dtype = (amp_dtype(device) if amp is True else amp) or None
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None

@@ -178,6 +178,9 @@ def run_workers(
         return _collect(procs, outdir, world_size, timeout, running)
 
 
+_MISMATCH = "Received data size doesn't match expected size"  # gloo's words for it
+
+
 def _crash(rank: int, world_size: int, exitcode: int | None, outdir: str) -> str:
     """The sentence for a rank that ended without a result."""
     if exitcode is not None and exitcode < 0:
@@ -190,6 +193,11 @@ def _crash(rank: int, world_size: int, exitcode: int | None, outdir: str) -> str
     err = Path(outdir) / f"rank{rank}.err"
     lines = err.read_text(errors="replace").strip().splitlines()[-8:] if err.exists() else []
     said = ("; its last lines on stderr:\n  " + "\n  ".join(lines)) if lines else ""
+    if any(_MISMATCH in line for line in lines):
+        said += (
+            "\nThe ranks passed tensors of different sizes (or dtypes) to one message or "
+            "collective: give that call the same shape and dtype on every rank."
+        )
     return f"rank {rank} of {world_size} crashed: it {how}{said}"
 
 

@@ -36,6 +36,16 @@ CASES = [
     ("d2l.one_f_one_b_schedule(2, 0)", ValueError, "m >= 1 micro-batches, got 2, 0"),
     ("d2l.bubble_fraction(0, 4)", ValueError, "p >= 1 stages and m >= 1 micro-batches, got 0, 4"),
     ("d2l.bubble_fraction(2, 0)", ValueError, "got 2, 0"),
+    ("d2l.time_ops(lambda: None)", TypeError, "dict of name -> function"),
+    ("d2l.time_ops({'a': print}, rounds=0)", ValueError, "rounds >= 1 and warmup >= 0, got 0"),
+    ("d2l.get_params(None, CPU)", TypeError, "a list of tensors, got NoneType"),
+    ("d2l.make_step(seq(), None, nn.CrossEntropyLoss(), CPU)", TypeError, "torch.optim optimizer"),
+    (
+        "d2l.make_step(seq(), torch.optim.SGD(seq().parameters(), 0.1), nn.MSELoss(), CPU, "
+        "amp='bf16')",
+        TypeError,
+        "amp True, False or a dtype: 'bf16'",
+    ),
     ("d2l.ColumnParallelLinear(nn.Linear(4, 4), 2, 2)", ValueError, "rank 2 does not exist"),
     ("d2l.RowParallelLinear(nn.Linear(4, 4), -1, 2)", ValueError, "rank -1 does not exist"),
     ("d2l.ShardedLayer(torch.ones(2, 2), torch.ones(2), 4, 0, 2)", ValueError, "got 4, 0"),

@@ -49,6 +49,12 @@ def crashes(rank, world_size, how):
     return rank
 
 
+def mismatched(rank, world_size):
+    from d2l_gpu.parallel.collectives import ring_all_reduce
+
+    ring_all_reduce(torch.ones(10 + rank))  # lesson 12's ring, one more number on rank 1
+
+
 def unpicklable(rank, world_size):
     return lambda: rank
 
@@ -86,6 +92,12 @@ def test_a_crash_is_reported_as_a_crash_with_its_stderr(how, said):
     assert "rank 1 about to crash" in str(info.value)
     assert "timeout" not in str(info.value)
     assert time.monotonic() - start < 100  # not the whole timeout: rank 0 lost its peer and ended
+
+
+def test_sizes_that_differ_across_ranks_are_named_as_the_cause():
+    with pytest.raises(RuntimeError, match="crashed") as info:
+        workers.run_workers(mismatched, 2, backend="gloo", timeout=120)
+    assert "tensors of different sizes (or dtypes)" in str(info.value)
 
 
 def test_an_unpicklable_result_is_said_so():

@@ -134,6 +134,10 @@ def time_ops(
     # Every member of `group` calls it with the same ops. The ops take turns within each round
     # (interleaved), so a change in the machine's load hits all of them alike; a barrier before
     # each op starts the ranks together, and an op is done when its slowest rank is.
+    if not isinstance(ops, dict) or not ops or not all(map(callable, ops.values())):
+        raise TypeError(f"time_ops needs a dict of name -> function of no arguments, got {ops!r}")
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f"time_ops needs rounds >= 1 and warmup >= 0, got {rounds}, {warmup}")
     device = device or torch.device("cpu")
     names = list(ops)
     times = torch.zeros(len(names), rounds, dtype=torch.float64)

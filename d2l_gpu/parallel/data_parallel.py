@@ -31,6 +31,8 @@ d2l = SimpleNamespace(
 
 def get_params(params: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Copy `params` to `device` (always a real copy, even on the same device), gradients on."""
+    if not isinstance(params, (list, tuple)) or not all(torch.is_tensor(p) for p in params):
+        raise TypeError(f"get_params needs a list of tensors, got {type(params).__name__}")
     new_params = [p.detach().to(device, copy=True) for p in params]
     for p in new_params:
         p.requires_grad_()
