@@ -15,13 +15,14 @@ import time
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from . import _checks
-from .processes import children, parent_gone
+from .processes import children, ended, parent_gone
 
 _STORE = None  # the store this process joined its group through; dropped by leave_group
 
@@ -141,19 +142,26 @@ def leave_group() -> None:
     _STORE = None
 
 
-def end_with_parent(on_exit: Callable[[], None] | None = None, every: float = 0.2) -> None:
+def end_with_parent(
+    on_exit: Callable[[], None] | None = None, every: float = 0.2, caller: int | None = None
+) -> None:
     """Exit this process, after `on_exit()`, as soon as the process that started it is gone.
 
     The workers of the training script that lesson 7 runs, and of `run_workers`, call it: a
     torchrun agent killed with SIGKILL, or a notebook kernel restarted, leaves its workers running
     unsupervised; a thread in each worker looks every `every` seconds whether it was handed to
-    another parent, and ends the worker if so."""
+    another parent, and ends the worker if so. `caller`: the process to watch instead, when a
+    fork server, which outlives it, started this one on its behalf."""
     parent = os.getppid()
+    if caller is not None and caller != parent:
+        gone = partial(ended, caller)
+    else:
+        gone = partial(parent_gone, parent)
 
     def watch() -> None:
         while True:
             time.sleep(every)
-            if parent_gone(parent):
+            if gone():
                 try:
                     if on_exit is not None:
                         on_exit()

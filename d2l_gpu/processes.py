@@ -55,6 +55,16 @@ def parent_gone(parent: int) -> bool:
     return os.getppid() != parent  # POSIX: an orphan is handed to another process
 
 
+def ended(pid: int) -> bool:
+    """Whether the process `pid` (not this one's parent) has ended: gone, or a zombie (Linux)."""
+    if not pid_alive(pid):
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):  # not Linux, or gone meanwhile
+        return not pid_alive(pid)
+
+
 def children(pid: int) -> list[int]:
     """The ids of the processes that `pid` started, oldest first."""
     if Path(f"/proc/{pid}/task").is_dir():  # Linux

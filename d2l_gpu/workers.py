@@ -1,10 +1,15 @@
 """`run_workers`: k processes joined in one process group, started from a notebook or a test, with
 their results back in rank order. Shown in lessons 10-12.
 
-Each worker is a fresh interpreter (the 'spawn' start method, the only one on Windows and the
-default on macOS), so the function must be importable: defined in a module (the package, or a file
-the notebook wrote), not in the notebook itself. What goes wrong is said in one sentence that names
-the rank whose own code failed, with its exception and the line it came from:
+Each worker is a new process that shares nothing with the caller, so the function must be
+importable: defined in a module (the package, or a file the notebook wrote), not in the notebook
+itself. On Linux the workers are forked from a server process that imported PyTorch once (the
+'forkserver' start method): a call then starts its ranks in a fraction of a second instead of the
+seconds each fresh interpreter needs to import PyTorch. Elsewhere each worker is a fresh
+interpreter ('spawn', the only method on Windows; macOS frameworks are not safe to fork).
+
+What goes wrong is said in one sentence that names the rank whose own code failed, with its
+exception and the line it came from:
 
 - a rank that only lost its peer (a connection closed while it waited in a collective) is ranked
   below one whose own code raised, so the report blames the rank that caused it;
@@ -12,7 +17,8 @@ the rank whose own code failed, with its exception and the line it came from:
   crash, with its exit code or signal and the last lines the rank wrote to stderr; a timeout is
   reported as a timeout, with the ranks still running;
 - if the calling process dies (a kernel restart, a SIGKILL), every worker notices within a fraction
-  of a second, removes the job's temporary folder and exits: nothing is left behind.
+  of a second, removes the job's temporary folder and exits: nothing is left behind (the fork
+  server sees its caller's end and exits first, and the workers see theirs).
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ import importlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -36,6 +44,17 @@ from .processes import pid_alive
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi", "xccl")
 WATCH_EVERY = 0.2  # seconds between a worker's looks at whether its parent is still alive
+# what the fork server imports once, before any group exists (see join_group on torch._dynamo)
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "d2l_gpu.workers"]
+
+
+def _context():
+    """The start method: 'forkserver' on Linux (PyTorch imported once), else 'spawn'."""
+    if sys.platform != "linux":
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 def _student_frame(tb) -> str:
@@ -49,9 +68,12 @@ def _student_frame(tb) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
 
 
-def _worker(rank, fn, world_size, args, store, backend, outdir, threads) -> None:
+def _worker(rank, fn, world_size, args, store, backend, outdir, threads, env, caller) -> None:
     """One rank: join the group through the file `store`, run fn, save its result (or error)."""
-    end_with_parent(lambda: shutil.rmtree(outdir, ignore_errors=True), every=WATCH_EVERY)
+    os.environ.clear()  # the caller's environment now, as a fresh interpreter would see it
+    os.environ.update(env)
+    cleanup = partial(shutil.rmtree, outdir, ignore_errors=True)
+    end_with_parent(cleanup, every=WATCH_EVERY, caller=caller)
     err = os.open(Path(outdir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(err, 2)  # the rank's stderr, quoted in the report if it crashes
     torch.set_num_threads(threads)
@@ -142,23 +164,33 @@ def run_workers(
     _check_arguments(fn, world_size, backend, timeout, threads)
     backend = pick_backend(world_size) if backend == "auto" else backend
     _remove_stale_folders()
-    ctx = mp.get_context("spawn")
+    ctx = _context()
+    env, caller = {**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"}, os.getpid()
     with tempfile.TemporaryDirectory(prefix=f"d2l-workers-{os.getpid()}-") as outdir:
         store = str(Path(outdir) / "store")
-        procs = [
-            ctx.Process(
-                target=_worker,
-                args=(rank, fn, world_size, args, store, backend, outdir, threads),
-                daemon=True,
-            )
-            for rank in range(world_size)
-        ]
+
+        def make(ctx) -> list:
+            return [
+                ctx.Process(
+                    target=_worker,
+                    args=(rank, fn, world_size, args, store, backend, outdir, threads, env, caller),
+                    daemon=True,
+                )
+                for rank in range(world_size)
+            ]
+
+        procs = make(ctx)
         # The workers' C++ warnings (e.g. the profiler's notes about memory allocated before it
         # started) would land, at random, in the notebook's output: children log errors only.
         saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
         os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
         try:
-            for p in procs:
+            try:
+                procs[0].start()
+            except OSError:  # no fork server (e.g. its socket's path under TMPDIR is too long)
+                procs = make(mp.get_context("spawn"))
+                procs[0].start()
+            for p in procs[1:]:
                 p.start()
         finally:
             if saved is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import multiprocessing.util
 import os
 import shutil
 import struct
@@ -44,6 +45,9 @@ def pytest_sessionstart(session):
         return
     import leftovers
 
+    # multiprocessing's own folder (the socket of run_workers' fork server) stays where it would
+    # be, and multiprocessing removes it when this process exits, after the run's folder is gone
+    multiprocessing.util.get_temp_dir()
     token, tmp = uuid.uuid4().hex, Path(tempfile.mkdtemp(prefix="d2l-tests-"))
     tmp.chmod(0o755)  # as /tmp is to others: a test runs code as a user without privileges
     os.environ[leftovers.MARK], os.environ["TMPDIR"], tempfile.tempdir = token, str(tmp), str(tmp)

@@ -45,8 +45,11 @@ def marked_processes(token: str) -> dict[int, str]:
             continue
         if state == "Z":  # a zombie has ended; only its parent's wait is missing
             continue
-        if int(parent) == os.getpid() and "multiprocessing.resource_tracker" in cmdline:
-            continue  # multiprocessing's tracker of this process: it ends when this process ends
+        if int(parent) == os.getpid() and any(
+            helper in cmdline
+            for helper in ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+        ):
+            continue  # multiprocessing's tracker and fork server: they end when this process ends
         found[pid] = cmdline.strip()
     return found
 

@@ -2,9 +2,11 @@
 what they are (the rank whose code raised, a crash, a timeout); nothing outlives a dead parent."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -152,28 +154,46 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGKILL])  # SIGTERM ends it the same way
-def test_workers_end_when_their_parent_dies(tmp_path, sig):
-    """Issue 27: a kernel restart (the parent killed) left workers and a folder behind."""
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path: the fork server's socket path must fit in 108 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="d2l-t-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("start", ["forkserver", "spawn"])
+def test_workers_end_when_their_parent_dies(tmp_path, short_tmp, start):
+    """Issue 27: a kernel restart (the parent killed) left workers and a folder behind. With
+    the fork server the workers are its children; under a TMPDIR too long for its socket,
+    run_workers falls back to spawn and the workers are the caller's children."""
+    folder = short_tmp if start == "forkserver" else tmp_path / ("long" * 20)
+    folder.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    env["TMPDIR"] = str(tmp_path)  # the job's folder goes here, where we can look for it
+    env["TMPDIR"] = str(folder)  # the job's folder goes here, where we can look for it
     code = "import test_distributed as t, d2l_gpu as d2l; "
-    code += f"d2l.run_workers(t.hangs, 2, {str(tmp_path)!r})"
+    code += f"d2l.run_workers(t.hangs, 2, {str(folder)!r})"
     parent = subprocess.Popen([sys.executable, "-c", code], env=env)
     deadline = time.monotonic() + 120
-    while len(list(tmp_path.glob("pid*"))) < 2:  # both workers are running
+    while len(list(folder.glob("pid*"))) < 2:  # both workers are running
         assert parent.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
-    assert list(tmp_path.glob("d2l-workers-*"))
-    parent.send_signal(sig)
+    pids = [int(p.read_text()) for p in folder.glob("pid*")]
+    assert list(folder.glob("d2l-workers-*"))
+    starter = {Path(f"/proc/{parent_of(pid)}/cmdline").read_bytes() for pid in pids}
+    assert len(starter) == 1 and (b"forkserver" in starter.pop()) == (start == "forkserver")
+    parent.send_signal(signal.SIGKILL)  # SIGTERM ends it the same way
     parent.wait()
     deadline = time.monotonic() + 20
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in pids), "workers outlived their parent"
-    assert not list(tmp_path.glob("d2l-workers-*")), "the job's folder was left behind"
+    assert not list(folder.glob("d2l-workers-*")), "the job's folder was left behind"
 
 
 def test_backend_is_gloo_without_enough_cuda_devices():
