@@ -5,6 +5,8 @@ all-reduce; SP: all-gather and reduce-scatter); SP's measured activation peak be
 about the predicted saving; two negative controls (qkv split contiguously: the wrong heads; SP
 without the norms' gradient all-reduce); and the sentences for bad input."""
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -19,11 +21,23 @@ LAYERS = WORK.num_layers
 BSH_BYTES = WORK.batch_size * WORK.seq_len * WORK.d_model * 8  # one [B, T, D] float64 tensor
 
 
+def contiguous_block(block, rank, world):
+    """The bug of the first negative control: qkv's columns split contiguously (wrong heads)."""
+    return tp.HeadParallelBlock(block, world, rank, tp.tp_column, tp.tp_row, regroup=False)
+
+
+MISTAKES = {  # the bug, as (name in sequence_parallel, its replacement, the mode it breaks)
+    "split qkv contiguously": ("tensor_parallel_block", contiguous_block, "tp"),
+    "skip norm sync": ("all_reduce_norm_grads", lambda net: None, "sp"),
+}
+
+
 def two_ranks(rank, world):
     """The four modes and the two broken runs, in one process group."""
     out = {mode: sp.transformer_parallel_worker(rank, world, WORK, mode) for mode in sp.MODES}
-    for mode, mistake in (("tp", "split qkv contiguously"), ("sp", "skip norm sync")):
-        out[mistake] = sp.transformer_parallel_worker(rank, world, WORK, mode, mistake)
+    for mistake, (name, bug, mode) in MISTAKES.items():
+        with mock.patch.object(sp, name, bug):  # in this rank's process only
+            out[mistake] = sp.transformer_parallel_worker(rank, world, WORK, mode)
     return out
 
 

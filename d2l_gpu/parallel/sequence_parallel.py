@@ -33,13 +33,10 @@ from .transformer_parallel import (
     full_transformer_parameters,
     parallelize_transformer,
     tensor_parallel_block,
-    tp_column,
-    tp_row,
 )
 from .workload import TransformerWorkload, train_transformer, transformer_loss
 
 MODES = ("tp", "sp", "torch_tp", "torch_sp")
-MISTAKES = ("split qkv contiguously", "skip norm sync")
 
 
 def _gather_seq(x: torch.Tensor) -> torch.Tensor:
@@ -140,7 +137,7 @@ def sequence_parallel_block(block: TransformerBlock, rank: int, world: int) -> n
 
 
 def parallel_transformer(
-    net: nn.Sequential, rank: int, world: int, sequence_parallel: bool, regroup: bool = True
+    net: nn.Sequential, rank: int, world: int, sequence_parallel: bool
 ) -> nn.Sequential:
     """A split copy of `net` (d2l.transformer): blocks split by hand; embedding, head whole."""
     _checks.module("parallel_transformer: net", net, sequential=True)
@@ -149,9 +146,6 @@ def parallel_transformer(
     for unit in net:
         if not isinstance(unit, TransformerBlock):
             units.append(copy.deepcopy(unit))
-        elif not regroup:  # the negative control: qkv split contiguously, wrong heads
-            pair = (sp_column, sp_row) if sequence_parallel else (tp_column, tp_row)
-            units.append(HeadParallelBlock(unit, world, rank, *pair, regroup=False))
         else:
             split = sequence_parallel_block if sequence_parallel else tensor_parallel_block
             units.append(split(unit, rank, world))
@@ -206,7 +200,6 @@ def check_worker_args(
     world: int,
     work: TransformerWorkload,
     mode: str,
-    mistake: str | None = None,
     *,
     group: bool = True,
 ) -> None:
@@ -216,8 +209,6 @@ def check_worker_args(
     if not isinstance(work, TransformerWorkload):
         raise TypeError(f"{caller}: work must be a TransformerWorkload, got {type(work).__name__}")
     _checks.one_of(f"{caller}: mode", mode, MODES)
-    if mistake is not None:
-        _checks.one_of(f"{caller}: mistake", mistake, MISTAKES)
     if work.num_heads % world or (4 * work.d_model) % world:
         raise ValueError(
             f"{caller}: num_heads={work.num_heads} and ffn={4 * work.d_model} must be multiples "
@@ -233,16 +224,15 @@ def check_worker_args(
 
 
 def transformer_parallel_worker(
-    rank: int, world: int, work: TransformerWorkload, mode: str = "tp", mistake: str | None = None
+    rank: int, world: int, work: TransformerWorkload, mode: str = "tp"
 ) -> dict:
     """Train the split transformer (every rank sees the whole batch); compare with one device.
 
     Returns the losses, the full parameters after training, the collectives of the first step
     (calls and bytes), the measured peak bytes of one forward+backward (`peak`, gradients
-    already allocated) and the predicted activation bytes (`predicted`). `mistake` breaks the
-    run on purpose: 'split qkv contiguously' or 'skip norm sync' (SP).
+    already allocated) and the predicted activation bytes (`predicted`).
     """
-    check_worker_args(rank, world, work, mode, mistake)
+    check_worker_args(rank, world, work, mode)
     device = rank_device()
     X, y = (t.to(device) for t in work.data())
     full = work.model().to(device)
@@ -252,8 +242,8 @@ def transformer_parallel_worker(
 
         net = parallelize_transformer(full, init_device_mesh(device.type, (world,)), sp)
     else:
-        net = parallel_transformer(full, rank, world, sp, mistake != "split qkv contiguously")
-    sync = all_reduce_norm_grads if mode == "sp" and mistake != "skip norm sync" else None
+        net = parallel_transformer(full, rank, world, sp)
+    sync = all_reduce_norm_grads if mode == "sp" else None
     with CollectiveCounter() as counter:  # the first step: what one step sends
         losses = train_transformer(net, X, y, 1, work.lr, sync)
     losses += train_transformer(net, X, y, work.steps - 1, work.lr, sync) if work.steps > 1 else []
