@@ -48,6 +48,14 @@ def floating_dtype(name: str, value):
     return value
 
 
+def job(caller: str, job) -> None:
+    """The settings every training job shares (steps, lr, seed, dtype), each with a sentence."""
+    whole(f"{caller}: steps", job.steps)
+    number(f"{caller}: lr", job.lr, positive=True)
+    whole(f"{caller}: seed", job.seed, least=0)
+    floating_dtype(f"{caller}: dtype", job.dtype)
+
+
 def callable_(name: str, value) -> Callable:
     """`value` if it can be called, else a sentence naming `name`."""
     if not callable(value):

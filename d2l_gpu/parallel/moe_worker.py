@@ -51,11 +51,8 @@ class MoEWorkload:
         c = "MoEWorkload"
         check_moe(c, self.d_model, self.ffn, self.num_experts, self.top_k, self.capacity_factor)
         _checks.whole(f"{c}: tokens", self.tokens)
-        _checks.whole(f"{c}: steps", self.steps)
-        _checks.number(f"{c}: lr", self.lr, positive=True)
-        _checks.whole(f"{c}: seed", self.seed, least=0)
         _checks.number(f"{c}: aux_weight", self.aux_weight)
-        _checks.floating_dtype(f"{c}: dtype", self.dtype)
+        _checks.job(c, self)
 
     def model(self) -> MoE:
         """The layer every rank starts from, seeded."""

@@ -36,11 +36,8 @@ class Workload:
             for w in widths:
                 _checks.whole("Workload: each of widths", w)
             object.__setattr__(self, "widths", widths)
-        _checks.whole("Workload: steps", self.steps)
         _checks.whole("Workload: batch_size", self.batch_size)
-        _checks.number("Workload: lr", self.lr, positive=True)
-        _checks.whole("Workload: seed", self.seed, least=0)
-        _checks.floating_dtype("Workload: dtype", self.dtype)
+        _checks.job("Workload", self)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole batch (X, y): random features of widths[0], labels below widths[-1]."""
@@ -94,15 +91,12 @@ class TransformerWorkload:
     def __post_init__(self):
         for name in ("vocab", "d_model", "num_heads", "num_layers", "seq_len", "batch_size"):
             _checks.whole(f"TransformerWorkload: {name}", getattr(self, name))
-        _checks.whole("TransformerWorkload: steps", self.steps)
-        _checks.number("TransformerWorkload: lr", self.lr, positive=True)
-        _checks.whole("TransformerWorkload: seed", self.seed, least=0)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
                 f"{self.num_heads}; choose sizes whose heads divide the width"
             )
-        _checks.floating_dtype("TransformerWorkload: dtype", self.dtype)
+        _checks.job("TransformerWorkload", self)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Seeded random tokens X [batch, seq_len] and their next tokens y (the targets)."""
