@@ -5,8 +5,9 @@ Each worker is a new process that shares nothing with the caller, so the functio
 importable: defined in a module (the package, or a file the notebook wrote), not in the notebook
 itself. On Linux the workers are forked from a server process that imported PyTorch once (the
 'forkserver' start method): a call then starts its ranks in a fraction of a second instead of the
-seconds each fresh interpreter needs to import PyTorch. Elsewhere each worker is a fresh
-interpreter ('spawn', the only method on Windows; macOS frameworks are not safe to fork).
+seconds each fresh interpreter needs to import PyTorch (tests and scripts). Elsewhere, and in a
+Jupyter kernel, each worker is a fresh interpreter ('spawn', the only method on Windows; macOS
+frameworks are not safe to fork; see `_context` for the kernel).
 
 What goes wrong is said in one sentence that names the rank whose own code failed, with its
 exception and the line it came from:
@@ -23,6 +24,8 @@ exception and the line it came from:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import os
 import shutil
@@ -50,11 +53,29 @@ PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "d2l_gpu.workers"]
 
 def _context():
     """The start method: 'forkserver' on Linux (PyTorch imported once), else 'spawn'."""
-    if sys.platform != "linux":
+    # Not in a Jupyter kernel: at shutdown the kernel terminates its children and waits until
+    # none is left, and a fork server ended that way stays a zombie that nobody reaps, so
+    # Jupyter kills the kernel after 5 s (and the server's CPU time goes unaccounted).
+    if sys.platform != "linux" or "ipykernel" in sys.modules:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    if not _STOP_AT_EXIT:
+        atexit.register(_stop_fork_server)
+        _STOP_AT_EXIT.append(True)
     return ctx
+
+
+_STOP_AT_EXIT: list[bool] = []
+
+
+def _stop_fork_server() -> None:
+    """At exit, end the fork server and wait for it: it is reaped by this process, so its CPU
+    time and its workers' count as this process's children's (as spawned workers' do)."""
+    from multiprocessing import forkserver
+
+    with contextlib.suppress(Exception):  # a private method of the standard library's server
+        forkserver._forkserver._stop()
 
 
 def _student_frame(tb) -> str:
