@@ -33,9 +33,13 @@ class TransformerBlock(nn.Module):
         B, T, D = X.shape
         q, k, v = self.qkv(self.ln1(X)).split(D, dim=-1)
         q, k, v = (t.view(B, T, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        att = self.attend(q, k, v)
         X = X + self.proj(att.transpose(1, 2).reshape(B, T, D))
         return X + self.fc2(F.gelu(self.fc1(self.ln2(X))))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of q, k, v [batch, heads, T, head_dim] (ring attention overrides it)."""
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def transformer(

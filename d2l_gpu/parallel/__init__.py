@@ -5,7 +5,8 @@ data_parallel.py   data parallelism from scratch (lesson 5)
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
-context_parallel.py sequence layouts for context parallelism (contiguous, zig-zag)
+context_parallel.py context parallelism: sequence layouts (contiguous, zig-zag) and ring attention
+cp_worker.py       the small transformer trained context-parallel, and what one step sends
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
 transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor)
 sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both
@@ -20,6 +21,6 @@ expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-a
 moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker
 worker_args.py     the argument checks of the workers above, before any message is sent
 
-New techniques (sequence, context or expert parallelism, device meshes) get a module here.
+New techniques (device meshes next) get a module here.
 Imports core and d2l_gpu.data only; importing this package imports nothing else.
 """
