@@ -1,12 +1,15 @@
 """2-D device meshes (FSDP2 over "dp" x tensor parallelism over "tp") on gloo: 2x2, 2x1 and 1x2
 training equal one device in float64 (losses, parameters, 1e-10); a negative control (tp ranks
-of one dp group given different data); held bytes equal the prediction; the collectives of one
-step seen; a distributed checkpoint saved on 2x2 read into 1x2, 2x1 and one process exactly, and
-training on from it equals one device trained for all steps; bad dp x tp."""
+of one dp group given different data); held bytes and reduce-scatter bytes equal the
+prediction; bfloat16 gathers half the bytes; a distributed checkpoint saved on 2x2 read into
+1x2, 2x1 and one process exactly (control: qkv rows not regrouped), and training on from it
+equals one device trained for all steps; bad dp x tp."""
 
+import dataclasses
 import warnings
 
 import pytest
+import torch
 
 from d2l_gpu.parallel import mesh as M
 from d2l_gpu.parallel import workload
@@ -48,6 +51,9 @@ def two_ranks(rank, world, path):
         loaded = [p.clone() for p in M.full_transformer_parameters(net)]  # may be the tensor itself
         M.train_mesh(net, mesh, X, y, MORE, WORK.lr)
         out[f"load {dp}x{tp}"] = {"loaded": loaded, "params": M.full_transformer_parameters(net)}
+    fp32 = dataclasses.replace(WORK, dtype=torch.float32)
+    out["float32"] = M.step_collectives(fp32, 2, 1)
+    out["bfloat16"] = M.step_collectives(fp32, 2, 1, param_dtype=torch.bfloat16)
     try:
         M.mesh_worker(rank, world, WORK, 2, 2)
     except ValueError as e:
@@ -136,3 +142,11 @@ def test_bad_mesh_shape(runs):
     assert "dp=2" in message and "tp=2" in message and "world=2" in message
     with pytest.raises(ValueError, match="dp=3 times tp=1"):
         M.check_mesh("x", 2, 3, 1)
+
+
+def test_bfloat16_gathers_half_the_bytes(runs):
+    """FSDP2 MixedPrecisionPolicy(bfloat16 params, float32 reduce) on the dp mesh, gloo CPU."""
+    fp32, bf16 = runs[2][0]["float32"], runs[2][0]["bfloat16"]
+    assert fp32["calls"] == bf16["calls"]
+    assert bf16["bytes"]["all_gather"] * 2 == fp32["bytes"]["all_gather"]
+    assert bf16["bytes"]["reduce_scatter"] == fp32["bytes"]["reduce_scatter"]

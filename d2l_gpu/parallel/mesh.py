@@ -18,6 +18,9 @@ later job on another layout (or one process) reads just the slices it needs. The
 qkv's rows grouped by rank (transformer_parallel.group_qkv), which depends on tp; the checkpoint
 records its tp and `load_sharded` regroups qkv when the tp differs.
 
+FSDP's mixed precision (bfloat16 parameters gathered, float32 gradients reduced) also ran on
+gloo CPU: one step's all-gathers move half the bytes of float32, the reduce-scatters the same.
+
 Ran only on gloo CPU processes. On NCCL each rank uses its own GPU (device_type "cuda"), FSDP's
 all-gathers and reduce-scatters run on their own streams overlapping compute, and the tp
 dimension should map to GPUs of one node.
@@ -25,12 +28,15 @@ dimension should map to GPUs of one node.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from .. import _checks
 from ..distributed import rank_device
+from ..gpt import TransformerBlock
 from .footprint import CollectiveCounter
 from .transformer_parallel import (
     HeadParallelBlock,
@@ -56,18 +62,24 @@ def check_mesh(caller: str, world: int, dp, tp) -> tuple[int, int]:
     return dp, tp
 
 
-def build_mesh_model(work: TransformerWorkload, dp: int, tp: int):
-    """The 2-D mesh and work.model() split over it: TP on "tp", then FSDP2 on "dp"."""
+def build_mesh_model(work: TransformerWorkload, dp: int, tp: int, param_dtype=None):
+    """The 2-D mesh and work.model() split over it: TP on "tp", then FSDP2 on "dp".
+
+    `param_dtype` (e.g. torch.bfloat16): FSDP gathers and computes with parameters in that
+    dtype and reduces gradients in float32 (MixedPrecisionPolicy); the shards stay in work.dtype.
+    """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     dp, tp = check_mesh("build_mesh_model", dist.get_world_size(), dp, tp)
     mesh = init_device_mesh(rank_device().type, (dp, tp), mesh_dim_names=("dp", "tp"))
     net = parallelize_transformer(work.model().to(rank_device()), mesh["tp"], False)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    options = {"mesh": mesh["dp"]} | ({"mp_policy": policy} if param_dtype else {})
     for unit in net:
         if isinstance(unit, HeadParallelBlock):
-            fully_shard(unit, mesh=mesh["dp"])
-    fully_shard(net, mesh=mesh["dp"])
+            fully_shard(unit, **options)
+    fully_shard(net, **options)
     return mesh, net
 
 
@@ -117,6 +129,15 @@ def mesh_worker(rank: int, world: int, work: TransformerWorkload, dp: int, tp: i
     }
 
 
+def step_collectives(work: TransformerWorkload, dp: int, tp: int, param_dtype=None) -> dict:
+    """The collectives (calls, bytes) of one training step on a fresh dp x tp mesh model."""
+    mesh, net = build_mesh_model(work, dp, tp, param_dtype)
+    X, y = work.data()
+    with CollectiveCounter() as counter:
+        train_mesh(net, mesh, X, y, 1, work.lr)
+    return {"calls": counter.calls, "bytes": counter.bytes}
+
+
 def predict_mesh(work: TransformerWorkload, dp: int, tp: int) -> dict:
     """Predicted per-rank held parameter bytes: TP's split of each block tensor, then 1/dp of it;
     and one step's reduce-scatter bytes (CollectiveCounter counts the whole gradient of the TP
@@ -131,11 +152,13 @@ def predict_mesh(work: TransformerWorkload, dp: int, tp: int) -> dict:
     for unit in work.model():
         for name, p in unit.named_parameters():
             shape = list(p.shape)
-            if name in TP_DIM and hasattr(unit, "qkv"):
+            if name in TP_DIM and isinstance(unit, TransformerBlock):
+                if shape[TP_DIM[name]] % tp:
+                    raise ValueError(f"predict_mesh: {name} {tuple(p.shape)} does not split by tp")
                 shape[TP_DIM[name]] //= tp
-            if shape[0] % dp or shape[TP_DIM.get(name, 0)] * tp % tp:
-                raise ValueError(f"predict_mesh: {name} {tuple(p.shape)} does not split evenly")
-            held += shape[0] // dp * int(torch.tensor(shape[1:]).prod()) * size
+            if shape[0] % dp:
+                raise ValueError(f"predict_mesh: {name} {tuple(p.shape)} does not split by dp")
+            held += math.prod(shape) // dp * size
     # FSDP calls no reduce-scatter on a dp mesh of one rank (nothing to reduce)
     return {"held": held, "reduce_scatter": held * dp if dp > 1 else 0}
 
