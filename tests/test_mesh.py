@@ -19,10 +19,6 @@ WORK = workload.TransformerWorkload(steps=3)  # vocab 32, d_model 16, 4 heads, 2
 MORE = 2  # steps trained on after loading the checkpoint
 
 
-def _strip(r: dict) -> dict:
-    return {k: v for k, v in r.items() if k not in ("net", "mesh")}
-
-
 def _wrong_part(X, mesh):
     """The bug: the batch split by the tp coordinate, so tp ranks of one group differ."""
     return X.tensor_split(mesh["dp"].size())[mesh.get_local_rank("tp")]
@@ -30,20 +26,17 @@ def _wrong_part(X, mesh):
 
 def four_ranks(rank, world, path):
     """2x2: train, save the checkpoint; then the broken run."""
-    r = M.mesh_worker(rank, world, WORK, 2, 2)
-    M.save_sharded(r["net"], path, tp=2)
-    out = {"2x2": _strip(r)}
+    net, r = M.mesh_training(WORK, 2, 2)
+    M.save_sharded(net, path, tp=2)
+    out = {"2x2": r}
     M.batch_part = _wrong_part  # this process only
-    out["wrong data"] = _strip(M.mesh_worker(rank, world, WORK, 2, 2))
+    out["wrong data"] = M.mesh_worker(rank, world, WORK, 2, 2)
     return out
 
 
 def two_ranks(rank, world, path):
     """2x1 and 1x2 training; the 2x2 checkpoint read into both and trained on MORE steps."""
-    out = {
-        f"{dp}x{tp}": _strip(M.mesh_worker(rank, world, WORK, dp, tp))
-        for dp, tp in [(2, 1), (1, 2)]
-    }
+    out = {f"{dp}x{tp}": M.mesh_worker(rank, world, WORK, dp, tp) for dp, tp in [(2, 1), (1, 2)]}
     X, y = WORK.data()
     for dp, tp in [(2, 1), (1, 2)]:
         mesh, net = M.build_mesh_model(WORK, dp, tp)

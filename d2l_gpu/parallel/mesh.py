@@ -112,20 +112,23 @@ def held_bytes(net: nn.Module) -> int:
 def mesh_worker(rank: int, world: int, work: TransformerWorkload, dp: int, tp: int) -> dict:
     """Train `work` on a dp x tp mesh: losses, full parameters, held bytes, 1 step's collectives."""
     _checks.ranks("mesh_worker", rank, world)
-    dp, tp = check_mesh("mesh_worker", world, dp, tp)
+    return mesh_training(work, dp, tp)[1]
+
+
+def mesh_training(work: TransformerWorkload, dp: int, tp: int) -> tuple[nn.Module, dict]:
+    """mesh_worker's run in this process group: the trained split model and the results."""
+    dp, tp = check_mesh("mesh_worker", dist.get_world_size(), dp, tp)
     mesh, net = build_mesh_model(work, dp, tp)
     X, y = work.data()
     with CollectiveCounter() as counter:
         losses = train_mesh(net, mesh, X, y, 1, work.lr)
     losses += train_mesh(net, mesh, X, y, work.steps - 1, work.lr)
-    return {
+    return net, {
         "losses": losses,
         "params": full_transformer_parameters(net),
         "held": held_bytes(net),
         "calls": counter.calls,
         "bytes": counter.bytes,
-        "net": net,
-        "mesh": mesh,
     }
 
 
