@@ -19,6 +19,7 @@ collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
 expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all, from scratch
 moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker
+mesh.py            2-D device meshes (FSDP2 x tensor parallelism) and resharding checkpoints (DCP)
 worker_args.py     the argument checks of the workers above, before any message is sent
 
 New techniques (device meshes next) get a module here.
