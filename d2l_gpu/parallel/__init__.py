@@ -22,6 +22,6 @@ moe_worker.py      the MoE job, its one-device reference and the expert-parallel
 mesh.py            2-D device meshes (FSDP2 x tensor parallelism) and resharding checkpoints (DCP)
 worker_args.py     the argument checks of the workers above, before any message is sent
 
-New techniques (device meshes next) get a module here.
+A new technique gets a module here.
 Imports core and d2l_gpu.data only; importing this package imports nothing else.
 """
