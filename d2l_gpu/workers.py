@@ -56,7 +56,7 @@ def _context():
     # Not in a Jupyter kernel: at shutdown the kernel terminates its children and waits until
     # none is left, and a fork server ended that way stays a zombie that nobody reaps, so
     # Jupyter kills the kernel after 5 s (and the server's CPU time goes unaccounted).
-    if sys.platform != "linux" or "ipykernel" in sys.modules:
+    if sys.platform != "linux" or _in_kernel():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
@@ -67,6 +67,12 @@ def _context():
 
 
 _STOP_AT_EXIT: list[bool] = []
+
+
+def _in_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (not merely a process that imported ipykernel)."""
+    app = sys.modules.get("ipykernel.kernelapp")
+    return app is not None and app.IPKernelApp.initialized()
 
 
 def _stop_fork_server() -> None:

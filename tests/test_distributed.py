@@ -200,3 +200,10 @@ def test_backend_is_gloo_without_enough_cuda_devices():
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         pytest.skip("this machine has 2+ CUDA devices")
     assert distributed.pick_backend(2) == "gloo"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the fork server is used on Linux only")
+def test_the_fork_server_is_used_outside_a_kernel_even_with_ipykernel_imported():
+    import ipykernel.kernelapp  # noqa: F401 - imported, as test_plotting's kernel tests do
+
+    assert workers._context().get_start_method() == "forkserver"
