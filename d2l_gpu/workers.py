@@ -69,6 +69,18 @@ def _context():
 _STOP_AT_EXIT: list[bool] = []
 
 
+def _stop_tracker_in_kernel() -> None:
+    """In a Jupyter kernel, once the workers have ended, stop multiprocessing's resource tracker
+    (the next call starts a new one in a few milliseconds): at shutdown the kernel terminates
+    its children and waits until none is left, and the tracker ignores SIGTERM, so Jupyter
+    killed the kernel after 5 s."""
+    from multiprocessing import resource_tracker
+
+    if _in_kernel():
+        with contextlib.suppress(Exception):  # a private method of the standard library's
+            resource_tracker._resource_tracker._stop()
+
+
 def _in_kernel() -> bool:
     """Whether this process is a Jupyter kernel (not merely a process that imported ipykernel)."""
     app = sys.modules.get("ipykernel.kernelapp")
@@ -234,6 +246,7 @@ def run_workers(
                 if p.is_alive():
                     p.kill()
                     p.join()
+            _stop_tracker_in_kernel()
         return _collect(procs, outdir, world_size, timeout, running)
 
 

@@ -207,3 +207,25 @@ def test_the_fork_server_is_used_outside_a_kernel_even_with_ipykernel_imported()
     import ipykernel.kernelapp  # noqa: F401 - imported, as test_plotting's kernel tests do
 
     assert workers._context().get_start_method() == "forkserver"
+
+
+def test_a_kernel_that_ran_workers_shuts_down_at_once():
+    """A Jupyter kernel terminates its children at shutdown and waits until none is left:
+    multiprocessing's resource tracker ignores SIGTERM, so Jupyter killed the kernel after 5 s
+    (and every restart of a lesson 10-12 kernel took that long) until run_workers stopped it."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        code = f"import sys; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]\n"
+        code += "import test_distributed as t, d2l_gpu as d2l\nd2l.run_workers(t.summed, 2, 0)"
+        reply = kc.execute_interactive(code, timeout=120)
+        assert reply["content"]["status"] == "ok"
+        kc.shutdown()  # the shutdown request alone, as Jupyter sends it first
+        deadline = time.monotonic() + 3
+        while km.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not km.is_alive(), "the kernel did not end within 3 s of its shutdown request"
+    finally:
+        km.shutdown_kernel(now=True)
+        kc.stop_channels()
