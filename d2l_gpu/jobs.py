@@ -40,6 +40,8 @@ def kill_worker(agent_pid: int, rank: int) -> bool:
     Shown in lesson 7. The other workers are paused (SIGSTOP) around the kill and continued after
     it, so that none of them gets further between the decision and the kill, however loaded the
     machine is. Returns False if that worker does not exist (yet, or any more)."""
+    if not all(type(n) is int and n >= 0 for n in (agent_pid, rank)):
+        raise ValueError(f"kill_worker needs a pid and a rank >= 0, got {agent_pid!r}, {rank!r}")
     pids = worker_pids(agent_pid)
     if rank not in pids:
         return False

@@ -37,6 +37,8 @@ CASES = [
     ("d2l.bubble_fraction(0, 4)", ValueError, "p >= 1 stages and m >= 1 micro-batches, got 0, 4"),
     ("d2l.bubble_fraction(2, 0)", ValueError, "got 2, 0"),
     ("d2l.time_ops(lambda: None)", TypeError, "dict of name -> function"),
+    ("d2l.kill_worker('123', 1)", ValueError, "a pid and a rank >= 0, got '123', 1"),
+    ("d2l.kill_worker(123, -1)", ValueError, "got 123, -1"),
     ("d2l.time_ops({'a': print}, rounds=0)", ValueError, "rounds >= 1 and warmup >= 0, got 0"),
     ("d2l.get_params(None, CPU)", TypeError, "a list of tensors, got NoneType"),
     ("d2l.make_step(seq(), None, nn.CrossEntropyLoss(), CPU)", TypeError, "torch.optim optimizer"),
