@@ -230,6 +230,18 @@ def worker_pids(agent_pid: int) -> dict[int, int]:
     return found
 
 
+def all_reduce_together(tensors: list[torch.Tensor], mean: bool = False) -> None:
+    """Sum (or average) each tensor over the group, in place, in one all-reduce of one buffer."""
+    if not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    if mean:
+        flat /= dist.get_world_size()
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
+        t.copy_(part.view_as(t))
+
+
 def rank_device(rank: int | None = None) -> torch.device:
     """This rank's device: cuda:(rank mod GPUs) when the group uses NCCL, otherwise the CPU.
 

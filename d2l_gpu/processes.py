@@ -61,7 +61,7 @@ def ended(pid: int) -> bool:
         return True
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):  # not Linux, or gone meanwhile
+    except (OSError, IndexError):  # not Linux (alive, as asked above), or gone meanwhile
         return not pid_alive(pid)
 
 

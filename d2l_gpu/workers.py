@@ -60,13 +60,9 @@ def _context():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
-    if not _STOP_AT_EXIT:
-        atexit.register(_stop_fork_server)
-        _STOP_AT_EXIT.append(True)
+    atexit.unregister(_stop_fork_server)  # registered once, however many calls
+    atexit.register(_stop_fork_server)
     return ctx
-
-
-_STOP_AT_EXIT: list[bool] = []
 
 
 def _stop_tracker_in_kernel() -> None:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import _checks
-from ..distributed import rank_device
+from ..distributed import all_reduce_together, rank_device
 from ..gpt import TransformerBlock
 from .context_parallel import LAYOUTS, _check, ring_attention, shard_sequence
 from .footprint import CollectiveCounter
@@ -59,12 +59,7 @@ def ring_bytes(work: TransformerWorkload, world: int) -> dict[str, int]:
 
 def _mean_grads(net: nn.Module) -> None:
     """Every parameter's gradient replaced by its mean over the ranks (one flat all-reduce)."""
-    grads = [p.grad for p in net.parameters()]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    flat /= dist.get_world_size()
-    for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
-        g.copy_(part.view_as(g))
+    all_reduce_together([p.grad for p in net.parameters()], mean=True)
 
 
 def context_parallel_worker(

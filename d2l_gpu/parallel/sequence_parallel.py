@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
-from ..distributed import rank_device
+from ..distributed import all_reduce_together, rank_device
 from ..gpt import TransformerBlock
 from .footprint import CollectiveCounter, MemoryMeter
 from .tensor_parallel import _GatherSlices
@@ -171,12 +171,7 @@ def all_reduce_norm_grads(net: nn.Module) -> None:
         for name, p in m.named_parameters()
         if name in names and p.grad is not None
     ]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
-        g.copy_(part.view_as(g))
+    all_reduce_together(grads)
 
 
 def activation_bytes_per_rank(work: TransformerWorkload, world: int, mode: str) -> int:
