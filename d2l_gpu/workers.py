@@ -5,9 +5,8 @@ Each worker is a new process that shares nothing with the caller, so the functio
 importable: defined in a module (the package, or a file the notebook wrote), not in the notebook
 itself. On Linux the workers are forked from a server process that imported PyTorch once (the
 'forkserver' start method): a call then starts its ranks in a fraction of a second instead of the
-seconds each fresh interpreter needs to import PyTorch (tests and scripts). Elsewhere, and in a
-Jupyter kernel, each worker is a fresh interpreter ('spawn', the only method on Windows; macOS
-frameworks are not safe to fork; see `_context` for the kernel).
+seconds each fresh interpreter needs to import PyTorch. Elsewhere each worker is a fresh
+interpreter ('spawn', the only method on Windows; macOS frameworks are not safe to fork).
 
 What goes wrong is said in one sentence that names the rank whose own code failed, with its
 exception and the line it came from:
@@ -32,6 +31,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -49,20 +49,44 @@ BACKENDS = ("auto", "gloo", "nccl", "mpi", "xccl")
 WATCH_EVERY = 0.2  # seconds between a worker's looks at whether its parent is still alive
 # what the fork server imports once, before any group exists (see join_group on torch._dynamo)
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "d2l_gpu.workers"]
+_WATCHED: set[int] = set()  # the fork servers a thread waits on
 
 
 def _context():
     """The start method: 'forkserver' on Linux (PyTorch imported once), else 'spawn'."""
-    # Not in a Jupyter kernel: at shutdown the kernel terminates its children and waits until
-    # none is left, and a fork server ended that way stays a zombie that nobody reaps, so
-    # Jupyter kills the kernel after 5 s (and the server's CPU time goes unaccounted).
-    if sys.platform != "linux" or _in_kernel():
+    if sys.platform != "linux":
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     atexit.unregister(_stop_fork_server)  # registered once, however many calls
     atexit.register(_stop_fork_server)
     return ctx
+
+
+def _watch_fork_server() -> None:
+    """Reap the fork server as soon as it ends (see `_reap`), watched once per server."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # the standard library's one server per process
+    pid = server._forkserver_pid
+    if pid is not None and pid not in _WATCHED:
+        _WATCHED.add(pid)
+        threading.Thread(target=_reap, args=(server, pid), daemon=True).start()
+
+
+def _reap(server, pid: int) -> None:
+    """Wait until the fork server `pid` has ended, then reap it under the server's own lock.
+
+    A Jupyter kernel, at shutdown, terminates its children and waits until none is left: a
+    server it ended and nobody reaped stayed a zombie, so Jupyter killed the kernel after 5 s.
+    Reaped here, its CPU time (and its workers') counts as the kernel's children's.
+    """
+    with contextlib.suppress(ChildProcessError):  # already reaped (by a stop at exit)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
+    with server._lock:
+        if server._forkserver_pid == pid:  # not relaunched meanwhile: forget it as _stop does
+            with contextlib.suppress(OSError):
+                server._stop_unlocked()
 
 
 def _stop_tracker_in_kernel() -> None:
@@ -222,6 +246,8 @@ def run_workers(
         try:
             try:
                 procs[0].start()
+                if ctx.get_start_method() == "forkserver":
+                    _watch_fork_server()
             except OSError:  # no fork server (e.g. its socket's path under TMPDIR is too long)
                 procs = make(mp.get_context("spawn"))
                 procs[0].start()

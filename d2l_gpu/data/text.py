@@ -1,0 +1,56 @@
+"""Text for the transformer lessons, shipped with Python itself: the help topics of Python's
+documentation (the standard library's `pydoc_data.topics`, what `help("if")` prints), read one
+character at a time. Nothing is downloaded. Shown in lesson 13.
+
+The vocabulary is fixed (a newline and the 95 printable ASCII characters), so a token id means
+the same on every Python version, although the text itself changes a little between versions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks
+
+CHARS = "\n" + "".join(chr(c) for c in range(32, 127))  # 96 tokens
+_IDS = {c: i for i, c in enumerate(CHARS)}
+UNKNOWN = _IDS["?"]  # what a character outside CHARS becomes (curly quotes, dashes, ...)
+
+
+def python_help_text() -> str:
+    """The help topics of Python's documentation, joined in name order (about 460 kB)."""
+    from pydoc_data.topics import topics  # part of the standard library
+
+    return "\n\n".join(topics[name] for name in sorted(topics))
+
+
+def encode(text: str) -> torch.Tensor:
+    """Token ids (int64) of `text`, one per character; characters outside CHARS become '?'."""
+    if not isinstance(text, str):
+        raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
+    return torch.tensor([_IDS.get(c, UNKNOWN) for c in text], dtype=torch.int64)
+
+
+def decode(ids: torch.Tensor | list[int]) -> str:
+    """The characters of token ids (the inverse of `encode` on ASCII text)."""
+    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < len(CHARS))]
+    if bad:
+        raise ValueError(f"decode: {bad[0]!r} is not a token id (0 to {len(CHARS) - 1})")
+    return "".join(CHARS[i] for i in ids)
+
+
+def text_batch(
+    tokens: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`batch_size` windows of `seq_len` tokens at random places: inputs X and next tokens y."""
+    _checks.whole("text_batch: batch_size", batch_size)
+    _checks.whole("text_batch: seq_len", seq_len)
+    if tokens.dim() != 1 or len(tokens) <= seq_len:
+        raise ValueError(
+            f"text_batch: tokens must be one sequence longer than seq_len={seq_len}, got shape "
+            f"{tuple(tokens.shape)}"
+        )
+    starts = torch.randint(len(tokens) - seq_len, (batch_size,), generator=generator)
+    windows = torch.stack([tokens[s : s + seq_len + 1] for s in starts.tolist()])
+    return windows[:, :-1], windows[:, 1:]
