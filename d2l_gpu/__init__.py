@@ -94,6 +94,7 @@ _NAMES = {
         "load_data_fashion_mnist",
         "read_fashion_mnist",
     ],
+    "data.text": ["CHARS", "decode", "encode", "python_help_text", "text_batch"],
     "data.toy": ["toy_data", "toy_images"],
     # parallel/: one technique per module
     "parallel.collectives": [

@@ -31,7 +31,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STARTS_PROCESSES = ("07-ddp-torchrun", "10-model-parallel", "11-sharding", "12-synchronisation")
+STARTS_PROCESSES = (
+    "07-ddp-torchrun",
+    "10-model-parallel",
+    "11-sharding",
+    "12-synchronisation",
+    "13-transformer-parallel",
+)
 SLOW_NOTEBOOKS = [
     f"{d}/{name}.ipynb" for d in ("notebooks", "solutions") for name in STARTS_PROCESSES
 ]

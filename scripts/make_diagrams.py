@@ -7,8 +7,8 @@ Each diagram is a function returning (width, height, title, body); the drawing h
 text, arrow, link, lines, chip_grid, memory_bar, gpu_card and the palette) live in diagram_kit.py
 and can be imported from here. Diagrams are grouped by lessons: diagrams_basics.py (lessons 1-4),
 diagrams_parallel.py (lessons 5-7), diagrams_speed.py (lesson 9), diagrams_parallelism.py
-(lessons 10-11) and diagrams_sync.py (lesson 12). The output is deterministic (no timestamps), so
-re-running it changes nothing unless a drawing changed.
+(lessons 10-11), diagrams_sync.py (lesson 12) and diagrams_transformer.py (lesson 13). The output
+is deterministic (no timestamps), so re-running it changes nothing unless a drawing changed.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from diagrams_parallel import (
 from diagrams_parallelism import combined, three_splits, zero_stages
 from diagrams_speed import amp_loss_scaling, channels_last
 from diagrams_sync import hierarchy, parameter_server, ring
+from diagrams_transformer import tp_sp_block
 
 from d2l_gpu._fs import write_atomic
 
@@ -79,6 +80,7 @@ DIAGRAMS = {
     "parameter-server": parameter_server,  # lesson 12
     "ring-allreduce": ring,  # lesson 12
     "hierarchy": hierarchy,  # lesson 12
+    "transformer-tp-sp": tp_sp_block,  # lesson 13
 }
 
 

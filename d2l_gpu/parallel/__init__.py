@@ -8,8 +8,8 @@ splitting.py       cutting a model into stages and what each split costs (lesson
 context_parallel.py context parallelism: sequence layouts (contiguous, zig-zag) and ring attention
 cp_worker.py       the small transformer trained context-parallel, and what one step sends
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
-transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor)
-sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both
+transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor; 13)
+sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both (13)
 zero.py            ZeRO stages 1-3 from scratch (lesson 11)
 fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 11)
 memory.py          memory accounting: what each rank holds (lesson 11)
@@ -17,8 +17,8 @@ footprint.py       memory and collectives measured while a worker trains (lesson
 workload.py        the jobs the workers train and the one-device runs they are compared with
 collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 12)
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
-expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all, from scratch
-moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker
+expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all (lesson 13)
+moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker (13)
 mesh.py            2-D device meshes (FSDP2 x tensor parallelism) and resharding checkpoints (DCP)
 worker_args.py     the argument checks of the workers above, before any message is sent
 

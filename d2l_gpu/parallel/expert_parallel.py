@@ -1,6 +1,6 @@
 """Expert parallelism from scratch: a mixture-of-experts feed-forward layer on one device (`MoE`),
 then the same layer with its experts spread over the ranks (`ExpertParallelMoE`), the tokens
-travelling to their experts and back with two all-to-alls.
+travelling to their experts and back with two all-to-alls. Shown in lesson 13.
 
 Routing, the same in both: the router's softmax over all experts, then the top k (1 or 2). A
 token's gate for a chosen expert is that expert's probability, renormalised over the k chosen

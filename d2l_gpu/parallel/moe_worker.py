@@ -5,7 +5,7 @@ with its experts spread over the ranks (the layers are in expert_parallel.py).
 Each rank takes its slice of the tokens. Every loss is divided by the global number of tokens,
 so the ranks' losses add up to the one-device loss; the replicated router's gradients are summed
 over the ranks, an expert's arrive at its owner through the all-to-alls' backward. Only gloo ran
-these workers here.
+these workers here. Shown in lesson 13.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Sequence parallelism on top of the transformer's tensor parallelism (Megatron-SP), and the
 worker that trains the small transformer four ways: 'tp' and 'sp' by hand, 'torch_tp' and
-'torch_sp' with parallelize_module (transformer_parallel.py builds the blocks).
+'torch_sp' with parallelize_module (transformer_parallel.py builds the blocks). Shown in
+lesson 13.
 
 Under SP the residual stream and the LayerNorms hold 1/world of the sequence. Before qkv and fc1
 an all-gather along the sequence replaces tensor parallelism's identity "f"; after proj and fc2

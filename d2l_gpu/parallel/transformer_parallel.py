@@ -9,6 +9,7 @@ r); then an even split by output rows, as ColwiseParallel does, gives each rank 
 block's forward reads the number of heads from the qkv output (the local count), not from
 `num_heads`. The job both train (`TransformerWorkload`) and its SGD loop are in workload.py; the
 sequence-parallel variant and the worker live in sequence_parallel.py. Ran only on gloo.
+Shown in lesson 13.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the workers train, and the one-device runs they are compared with: `Workload` (an MLP
 on a toy batch, lessons 10 and 11) with `train_one_device`; `TransformerWorkload` (the small
-transformer on random tokens) with `train_transformer`."""
+transformer on random tokens, or on Python's help text) with `train_transformer`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from ..data.text import CHARS, encode, python_help_text, text_batch
 from ..data.toy import toy_data
 from ..gpt import transformer
 
@@ -75,7 +76,11 @@ def train_one_device(
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerWorkload:
-    """The job: d2l.transformer of these sizes on one batch of random tokens, plain SGD."""
+    """The job: d2l.transformer of these sizes on one batch, plain SGD. Shown in lesson 13.
+
+    The batch is random tokens, or with `text=True` windows of Python's help text (one token
+    per character, so `vocab` must hold its 96 characters).
+    """
 
     vocab: int = 32
     d_model: int = 16
@@ -87,6 +92,7 @@ class TransformerWorkload:
     lr: float = 0.1
     dtype: torch.dtype = torch.float64
     seed: int = 0
+    text: bool = False
 
     def __post_init__(self):
         for name in ("vocab", "d_model", "num_heads", "num_layers", "seq_len", "batch_size"):
@@ -96,11 +102,18 @@ class TransformerWorkload:
                 f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
                 f"{self.num_heads}; choose sizes whose heads divide the width"
             )
+        if self.text and self.vocab < len(CHARS):
+            raise ValueError(
+                f"TransformerWorkload: vocab={self.vocab} is smaller than the text's {len(CHARS)} "
+                f"characters; pass vocab={len(CHARS)} (or more) with text=True"
+            )
         _checks.job("TransformerWorkload", self)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Seeded random tokens X [batch, seq_len] and their next tokens y (the targets)."""
+        """Seeded tokens X [batch, seq_len] and their next tokens y (the targets)."""
         g = torch.Generator().manual_seed(self.seed)
+        if self.text:
+            return text_batch(encode(python_help_text()), self.batch_size, self.seq_len, g)
         tokens = torch.randint(self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
         return tokens[:, :-1], tokens[:, 1:]
 
