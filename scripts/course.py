@@ -37,6 +37,7 @@ STARTS_PROCESSES = (
     "11-sharding",
     "12-synchronisation",
     "13-transformer-parallel",
+    "14-long-sequences-meshes",
 )
 SLOW_NOTEBOOKS = [
     f"{d}/{name}.ipynb" for d in ("notebooks", "solutions") for name in STARTS_PROCESSES

@@ -26,9 +26,7 @@ def _wrong_part(X, mesh):
 
 def four_ranks(rank, world, path):
     """2x2: train, save the checkpoint; then the broken run."""
-    net, r = M.mesh_training(WORK, 2, 2)
-    M.save_sharded(net, path, tp=2)
-    out = {"2x2": r}
+    out = {"2x2": M.mesh_save_worker(rank, world, WORK, 2, 2, path)}
     M.batch_part = _wrong_part  # this process only
     out["wrong data"] = M.mesh_worker(rank, world, WORK, 2, 2)
     return out
@@ -37,16 +35,11 @@ def four_ranks(rank, world, path):
 def two_ranks(rank, world, path):
     """2x1 and 1x2 training; the 2x2 checkpoint read into both and trained on MORE steps."""
     out = {f"{dp}x{tp}": M.mesh_worker(rank, world, WORK, dp, tp) for dp, tp in [(2, 1), (1, 2)]}
-    X, y = WORK.data()
     for dp, tp in [(2, 1), (1, 2)]:
-        mesh, net = M.build_mesh_model(WORK, dp, tp)
-        M.load_sharded(net, path, tp=tp)
-        loaded = [p.clone() for p in M.full_transformer_parameters(net)]  # may be the tensor itself
-        M.train_mesh(net, mesh, X, y, MORE, WORK.lr)
-        out[f"load {dp}x{tp}"] = {"loaded": loaded, "params": M.full_transformer_parameters(net)}
+        out[f"load {dp}x{tp}"] = M.mesh_resume_worker(rank, world, WORK, dp, tp, path, MORE)
     fp32 = dataclasses.replace(WORK, dtype=torch.float32)
-    out["float32"] = M.step_collectives(fp32, 2, 1)
-    out["bfloat16"] = M.step_collectives(fp32, 2, 1, param_dtype=torch.bfloat16)
+    out["float32"] = M.step_collectives_worker(rank, world, fp32, 2, 1)
+    out["bfloat16"] = M.step_collectives_worker(rank, world, fp32, 2, 1, torch.bfloat16)
     try:
         M.mesh_worker(rank, world, WORK, 2, 2)
     except ValueError as e:
@@ -128,6 +121,13 @@ def test_training_on_after_loading_equals_one_device(runs):
     for layout in ("load 2x1", "load 1x2"):
         for r in runs[2]:
             assert max_diff(r[layout]["params"], params) < 1e-10
+
+
+def test_checkpoint_paths_are_checked_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="must not exist yet"):
+        M.mesh_save_worker(0, 1, WORK, 1, 1, str(tmp_path))
+    with pytest.raises(ValueError, match="no .metadata file"):
+        M.mesh_resume_worker(0, 1, WORK, 1, 1, str(tmp_path), 1)
 
 
 def test_bad_mesh_shape(runs):

@@ -5,8 +5,8 @@ data_parallel.py   data parallelism from scratch (lesson 5)
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
-context_parallel.py context parallelism: sequence layouts (contiguous, zig-zag) and ring attention
-cp_worker.py       the small transformer trained context-parallel, and what one step sends
+context_parallel.py context parallelism: sequence layouts and ring attention (lesson 14)
+cp_worker.py       the small transformer trained context-parallel, and what one step sends (14)
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
 transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor; 13)
 sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both (13)
@@ -19,7 +19,7 @@ collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
 expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all (lesson 13)
 moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker (13)
-mesh.py            2-D device meshes (FSDP2 x tensor parallelism) and resharding checkpoints (DCP)
+mesh.py            2-D device meshes (FSDP2 x TP) and resharding checkpoints (DCP; lesson 14)
 worker_args.py     the argument checks of the workers above, before any message is sent
 
 A new technique gets a module here.

@@ -1,4 +1,5 @@
-"""Context parallelism: the sequence laid out over ranks, and ring attention over it.
+"""Context parallelism: the sequence laid out over ranks, and ring attention over it. Shown in
+lesson 14.
 
 Each rank holds a part of the sequence. "contiguous" gives rank r the r-th of `world` equal
 pieces; "zigzag" cuts the sequence in 2*world chunks and gives rank r chunks r and

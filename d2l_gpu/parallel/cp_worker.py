@@ -1,5 +1,6 @@
 """The context-parallel job: the small transformer trained with every sequence split over the
-ranks (ring attention in every block), and what one step sends, measured and predicted.
+ranks (ring attention in every block), and what one step sends, measured and predicted. Shown in
+lesson 14.
 
 Each rank holds its part of the tokens and of their targets, and the whole model. Everything but
 attention acts token by token, so only attention talks: per block, forward passes world - 1 key/

@@ -1,5 +1,5 @@
 """Two-dimensional device meshes: FSDP2 across one mesh dimension, tensor parallelism across the
-other, and checkpoints that can be loaded back into a different layout.
+other, and checkpoints that can be loaded back into a different layout. Shown in lesson 14.
 
 The world's dp*tp ranks are laid out as a dp x tp grid. The ranks of one row (same dp
 coordinate) form the "tp" sub-mesh: they split each block's heads and MLP units between them
@@ -29,6 +29,7 @@ dimension should map to GPUs of one node.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -130,6 +131,51 @@ def mesh_training(work: TransformerWorkload, dp: int, tp: int) -> tuple[nn.Modul
         "calls": counter.calls,
         "bytes": counter.bytes,
     }
+
+
+def mesh_save_worker(
+    rank: int, world: int, work: TransformerWorkload, dp: int, tp: int, path: str
+) -> dict:
+    """mesh_worker, then the trained model written to the new checkpoint directory `path`."""
+    _checks.ranks("mesh_save_worker", rank, world)
+    target = Path(path)
+    if target.exists() or not target.parent.is_dir():
+        raise ValueError(
+            f"mesh_save_worker: the checkpoint directory {path} must not exist yet and its "
+            "folder must; pick a new name in an existing folder"
+        )  # checked before any training, on every rank
+    net, out = mesh_training(work, dp, tp)
+    save_sharded(net, path, tp)
+    return out
+
+
+def mesh_resume_worker(
+    rank: int, world: int, work: TransformerWorkload, dp: int, tp: int, path: str, steps: int
+) -> dict:
+    """Read the checkpoint `path` into a fresh dp x tp mesh model and train `steps` more: the
+    full parameters as read (`loaded`) and after training (`params`), and the losses."""
+    _checks.ranks("mesh_resume_worker", rank, world)
+    _checks.whole("mesh_resume_worker: steps", steps)
+    if not (Path(path) / ".metadata").is_file():
+        raise ValueError(
+            f"mesh_resume_worker: {path} holds no distributed checkpoint (no .metadata file); "
+            "give the directory mesh_save_worker wrote"
+        )
+    dp, tp = check_mesh("mesh_resume_worker", dist.get_world_size(), dp, tp)
+    mesh, net = build_mesh_model(work, dp, tp)
+    load_sharded(net, path, tp)
+    loaded = [p.detach().clone() for p in full_transformer_parameters(net)]
+    X, y = work.data()
+    losses = train_mesh(net, mesh, X, y, steps, work.lr)
+    return {"loaded": loaded, "losses": losses, "params": full_transformer_parameters(net)}
+
+
+def step_collectives_worker(
+    rank: int, world: int, work: TransformerWorkload, dp: int, tp: int, param_dtype=None
+) -> dict:
+    """`step_collectives` as a worker of run_workers (lesson 14's mixed-precision comparison)."""
+    _checks.ranks("step_collectives_worker", rank, world)
+    return step_collectives(work, dp, tp, param_dtype)
 
 
 def step_collectives(work: TransformerWorkload, dp: int, tp: int, param_dtype=None) -> dict:
