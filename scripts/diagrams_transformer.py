@@ -1,5 +1,6 @@
-"""Draw the diagram of lesson 13 (a transformer block split over ranks): the drawing only.
-scripts/make_diagrams.py writes it into img/ with the others and checks that every label fits."""
+"""Draw the diagrams of lessons 13 and 14 (a transformer block split over ranks, the causal
+chunk pairs of ring attention): the drawings only. scripts/make_diagrams.py writes them into
+img/ with the others and checks that every label fits."""
 
 from __future__ import annotations
 
@@ -77,3 +78,59 @@ def tp_sp_block() -> tuple[int, int, str, list[str]]:
         )  # fmt: skip
     )
     return 20 + 6 * W + 5 * GAP + 20, 320, "A transformer block under TP and SP", body
+
+
+RANK_FILLS = ["#e3eef9", "#e6f4e7", "#fdf0e3", "#efe3f9"]  # ranks 0-3
+RANK_INKS = [HOST, DEV, LINK, "#6a3d9a"]
+CELL = 26
+
+
+def _owner(chunk: int, world: int, layout: str) -> int:
+    """The rank holding query chunk `chunk` of 2*world (as d2l.shard_sequence lays them out)."""
+    if layout == "contiguous":
+        return chunk // 2
+    return chunk if chunk < world else 2 * world - 1 - chunk
+
+
+def _pair_grid(x: int, y: int, layout: str, world: int = 4) -> list[str]:
+    """Query chunks down, key chunks across; a causal pair coloured by the rank computing it."""
+    out, n = [], 2 * world
+    out.append(text(x + n * CELL / 2, y - 30, layout, "label"))
+    counts = [0] * world
+    for q in range(n):
+        out.append(text(x - 8, y + q * CELL + 17, str(q), "small", anchor="end"))
+        for k in range(q + 1):
+            rank = _owner(q, world, layout)
+            counts[rank] += 1
+            out.append(box(x + k * CELL, y + q * CELL, CELL, CELL, RANK_INKS[rank],
+                           RANK_FILLS[rank], rx=2))  # fmt: skip
+            out.append(text(x + k * CELL + CELL / 2, y + q * CELL + 17, str(rank), "small"))
+    for k in range(n):
+        out.append(text(x + k * CELL + CELL / 2, y - 8, str(k), "small"))
+    said = ", ".join(str(c) for c in counts)
+    out.append(text(x + n * CELL / 2, y + n * CELL + 24, f"ranks 0-3 compute {said}", "small"))
+    return out
+
+
+def causal_pairs() -> tuple[int, int, str, list[str]]:
+    """Lesson 14: the causal chunk pairs of 4 ranks, contiguous against zig-zag."""
+    body = [
+        text(
+            20,
+            28,
+            "8 causal chunks on 4 ranks: who computes which pair",
+            "title",
+            anchor="start",
+        ),  # fmt: skip
+        text(
+            20,
+            52,
+            "rows: query chunks; columns: key chunks; a number is the rank",
+            "small",
+            anchor="start",
+        ),  # fmt: skip
+    ]
+    body += _pair_grid(60, 110, "contiguous")
+    body += _pair_grid(60 + 8 * CELL + 90, 110, "zigzag")
+    width = 60 + 8 * CELL + 90 + 8 * CELL + 30
+    return width, 110 + 8 * CELL + 40, "Causal chunk pairs, contiguous and zig-zag", body

@@ -53,7 +53,7 @@ from diagrams_parallel import (
 from diagrams_parallelism import combined, three_splits, zero_stages
 from diagrams_speed import amp_loss_scaling, channels_last
 from diagrams_sync import hierarchy, parameter_server, ring
-from diagrams_transformer import tp_sp_block
+from diagrams_transformer import causal_pairs, tp_sp_block
 
 from d2l_gpu._fs import write_atomic
 
@@ -81,6 +81,7 @@ DIAGRAMS = {
     "ring-allreduce": ring,  # lesson 12
     "hierarchy": hierarchy,  # lesson 12
     "transformer-tp-sp": tp_sp_block,  # lesson 13
+    "causal-pairs": causal_pairs,  # lesson 14
 }
 
 
