@@ -4,6 +4,7 @@ transformer on random tokens, or on Python's help text) with `train_transformer`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -113,7 +114,7 @@ class TransformerWorkload:
         """Seeded tokens X [batch, seq_len] and their next tokens y (the targets)."""
         g = torch.Generator().manual_seed(self.seed)
         if self.text:
-            return text_batch(encode(python_help_text()), self.batch_size, self.seq_len, g)
+            return text_batch(_help_tokens(), self.batch_size, self.seq_len, g)
         tokens = torch.randint(self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
         return tokens[:, :-1], tokens[:, 1:]
 
@@ -121,6 +122,12 @@ class TransformerWorkload:
         """The one-device reference model, in `dtype`."""
         net = transformer(self.vocab, self.d_model, self.num_heads, self.num_layers, self.seed)
         return net.to(self.dtype)
+
+
+@functools.cache
+def _help_tokens() -> torch.Tensor:
+    """Python's help text as token ids, encoded once per process (data() is called often)."""
+    return encode(python_help_text())
 
 
 def transformer_loss(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
