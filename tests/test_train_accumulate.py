@@ -8,12 +8,10 @@ in float64 to 1e-12, and each step all-reduces each gradient bucket once, not A 
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 import torch.distributed as dist
-from train_launch import ARGS, ARGS64, SCRIPT, load, max_diff, run, torchrun
+from train_launch import ARGS, ARGS64, SCRIPT, load, max_diff, run, run_here, torchrun
 
 from d2l_gpu import train
 from d2l_gpu.models import LeNet
@@ -24,19 +22,22 @@ from d2l_gpu.train.strategies.ddp import DDPStrategy
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_accumulated_micro_batches_equal_one_process(job_env, tmp_path, one_process, strategy):
-    """2 ranks x 4 micro-batches of 4 examples = one process with global batches of 32; the
-    negative control: a job whose global batch is the micro-batches' 8 ends elsewhere."""
+    """2 ranks x 4 micro-batches of 4 examples = one process with global batches of 32."""
     cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--accumulate", "4", "--save", "final.pt"]
     _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
     assert f"world size 2 (gloo, cpu, {strategy})" in out, out
     assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
 
-    small = tmp_path / "small-batches"
-    small.mkdir()
+
+def test_global_batches_of_the_micro_batches_size_end_elsewhere(
+    job_env, tmp_path, one_process, monkeypatch
+):
+    """The negative control of the test above: a job whose global batch is 8 (the size of the
+    micro-batches) ends far from the one with global batches of 32."""
     args = [*ARGS64, "--batch-size", "8", "--save", "final.pt"]  # the last --batch-size wins
-    run([sys.executable, *SCRIPT, *args], job_env, small)
-    assert max_diff(load(small / "final.pt"), one_process) > 1e-6
+    run_here(args, job_env, tmp_path, monkeypatch)
+    assert max_diff(load(tmp_path / "final.pt"), one_process) > 1e-6
 
 
 @pytest.fixture

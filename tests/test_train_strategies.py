@@ -9,8 +9,6 @@ summed instead of averaged), never the hardware or the thread count.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from train_launch import (
     ARGS,
@@ -19,6 +17,7 @@ from train_launch import (
     load,
     max_diff,
     run,
+    run_here,
     run_with_a_kill,
     torchrun,
 )
@@ -95,10 +94,10 @@ def test_old_pytorch_refused_with_the_version_needed(lone, monkeypatch, capsys):
         assert "needs PyTorch 2.6 or newer; this is 2.4.1" in capsys.readouterr().err
 
 
-def _job(ranks: int, job_env: dict, folder, extra: list[str]) -> None:
-    """The job on `ranks` processes (1: plain python, a group of one) in `folder`."""
+def _job(ranks: int, job_env: dict, folder, extra: list[str], monkeypatch) -> None:
+    """The job on `ranks` processes (1: this interpreter, a group of one) in `folder`."""
     if ranks == 1:
-        run([sys.executable, *SCRIPT, *ARGS64, *extra], job_env, folder)
+        run_here([*ARGS64, *extra], job_env, folder, monkeypatch)
     else:
         cmd, env2 = torchrun(ranks, job_env, folder)
         run([*cmd, *SCRIPT, *ARGS64, *extra], env2, folder)
@@ -108,11 +107,11 @@ def _job(ranks: int, job_env: dict, folder, extra: list[str]) -> None:
 @pytest.mark.parametrize("strategy", ["ddp", *PARALLEL])
 @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
 def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
-    job_env, tmp_path, one_process, strategy, before, after
+    job_env, tmp_path, one_process, monkeypatch, strategy, before, after
 ):
     """An elastic job re-formed with fewer or more ranks: epoch 1 on `before`, 2 on `after`."""
     extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
-    _job(before, job_env, tmp_path, [*extra, "--epochs", "1"])
+    _job(before, job_env, tmp_path, [*extra, "--epochs", "1"], monkeypatch)
     assert load(tmp_path / "ckpt.pt")["world_size"] == before
-    _job(after, job_env, tmp_path, extra)
+    _job(after, job_env, tmp_path, extra, monkeypatch)
     assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
