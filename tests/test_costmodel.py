@@ -73,23 +73,43 @@ def test_hierarchy_and_pipeline_formulas():
     assert costmodel.pipeline_time([2], [0]) == 2
 
 
-@pytest.fixture(scope="module")
-def pingpong():
+def _pingpong() -> dict:
     """Real message times between two processes, medians of 7 rounds."""
-    return SIZES, run_workers(costmodel.pingpong_worker, 2, SIZES, 7, timeout=240)
-
-
-def test_model_predicts_a_held_out_size(pingpong):
-    sizes, results = pingpong
-    times = results[0]
-    assert times == results[1]  # both ranks report the slowest rank's medians
+    times, other = run_workers(costmodel.pingpong_worker, 2, SIZES, 7, timeout=240)
+    assert times == other  # both ranks report the slowest rank's medians
     assert all(t > 0 for t in times.values())
-    kept = [n for n in sizes if n != HELD_OUT]
+    assert times[SIZES[-1]] > times[SIZES[0]]  # 64 MiB take longer than 4 bytes
+    return times
+
+
+def _miss(times: dict) -> tuple[float, str]:
+    """How far (a factor >= 1) a fit of every size but HELD_OUT misses HELD_OUT's time."""
+    kept = [n for n in SIZES if n != HELD_OUT]
     link = costmodel.fit_alpha_beta(kept, [times[n] for n in kept])
     predicted, measured = link.time(HELD_OUT), times[HELD_OUT]
-    ratio = max(predicted / measured, measured / predicted)
-    assert ratio < FACTOR, f"{link}: predicted {predicted:.2e} s, measured {measured:.2e} s"
-    assert times[sizes[-1]] > times[sizes[0]]  # 64 MiB take longer than 4 bytes
+    said = f"{link}: predicted {predicted:.2e} s, measured {measured:.2e} s"
+    return max(predicted / measured, measured / predicted), said
+
+
+def test_model_predicts_a_held_out_size():
+    """A timing on a shared machine: a second measurement is taken only if the first misses
+    (seen once, 2026-11-27, in a full unit run on the idle 2-core machine: the fitted bandwidth
+    fell to 0.6 GB/s against about 2 GB/s, a 3.2x miss); a wrong model misses both."""
+    ratio, said = _miss(_pingpong())
+    if ratio >= FACTOR:
+        ratio, again = _miss(_pingpong())
+        said = f"twice: {said}; {again}"
+    assert ratio < FACTOR, said
+
+
+def test_a_wrong_bandwidth_misses_the_held_out_size():
+    """The negative control: the same check fails a model whose bandwidth is 10x too high."""
+    times = _pingpong()
+    kept = [n for n in SIZES if n != HELD_OUT]
+    link = costmodel.fit_alpha_beta(kept, [times[n] for n in kept])
+    wrong = AlphaBeta(link.alpha, 10 * link.beta)
+    predicted, measured = wrong.time(HELD_OUT), times[HELD_OUT]
+    assert max(predicted / measured, measured / predicted) >= FACTOR
 
 
 def test_two_machines_over_a_slow_link(tmp_path):
