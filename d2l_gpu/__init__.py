@@ -7,7 +7,7 @@ as each rank that torchrun starts, never pays for matplotlib. `_NAMES` says wher
 Layout: the top level says the role, each subpackage holds one kind of thing.
 
     core (top level)  devices, models and gpt (every model, once), training, recipe,
-                      plotting, perf, distributed, workers, jobs, stopping, _fs, _live
+                      plotting, perf, profiling, distributed, workers, jobs, stopping, _fs, _live
     data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
     parallel/         one module per parallelism technique the lessons build (see its docstring)
     book/             the book's own names and classes (HyperParameters, Trainer, train_ch6, ...)
@@ -74,6 +74,14 @@ _NAMES = {
         "training_flops",
     ],
     "gpt": ["TransformerBlock", "transformer"],
+    "profiling": [
+        "ddp_trace_worker",
+        "overlap_us",
+        "plot_trace",
+        "profile_step",
+        "spans",
+        "trace_events",
+    ],
     "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
     "recipe": ["Recipe", "amp_dtype", "make_step", "train_concise", "warmup_cosine"],
     "training": [

@@ -10,10 +10,7 @@ two steps.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import statistics
-import sys
 import time
 
 import torch
@@ -24,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _checks
 from ..devices import synchronize
+from ..profiling import quiet_stderr
 
 MiB = 2**20
 
@@ -42,7 +40,7 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            with _quiet_stderr():  # the profiler logs every start and stop to stderr
+            with quiet_stderr():  # the profiler logs every start and stop to stderr
                 self._prof.__enter__()
         return self
 
@@ -52,7 +50,7 @@ class MemoryMeter:
             self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
             self.held = torch.cuda.memory_allocated(self.device) - self._base
             return
-        with _quiet_stderr():
+        with quiet_stderr():
             self._prof.__exit__(*exc)
         if exc[0] is not None:
             return
@@ -64,20 +62,6 @@ class MemoryMeter:
             total += nbytes
             peak = max(peak, total)
         self.peak, self.held = peak, total
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Send what C++ code writes to file descriptor 2 to the null device for a moment."""
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
 
 
 class CollectiveCounter(TorchDispatchMode):

@@ -76,4 +76,17 @@ CASES = [
         wrong=Answer(code=JOBS.format(best="max(t_alone)")),
         why="overlap assumed on a single device",
     ),
+    Case(
+        cell="your count agrees with the one d2l.ddp_trace_worker measured",
+        context=SETUP,
+        right=Answer(
+            code='ddp_runs = {0.05: {"launched_in_backward": 2}}\n'
+            "last_gradient, launched_early = 1234.5, 2"
+        ),
+        wrong=Answer(
+            code='ddp_runs = {0.05: {"launched_in_backward": 2}}\n'
+            "last_gradient, launched_early = 1234.5, 3"
+        ),
+        why="every launch counted, the last bucket's too, which starts after the last gradient",
+    ),
 ]
