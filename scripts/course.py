@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STARTS_PROCESSES = (
     "07-ddp-torchrun",
+    "08-performance-lab",
     "10-model-parallel",
     "11-sharding",
     "12-synchronisation",
