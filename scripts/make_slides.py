@@ -1,8 +1,9 @@
 """Render lesson notebooks to reveal.js decks that work offline.
 
-    python scripts/make_slides.py [NB ...]     # default: every notebooks/[0-9][0-9]-*.ipynb
+    python scripts/make_slides.py [NB ...]     # default: every lesson, English and Chinese
 
-Writes build/slides/<name>.slides.html, one per notebook, from the committed outputs (nothing
+Writes build/slides/<name>.slides.html, one per notebook (the Chinese lessons of notebooks/zh/
+as zh-<name>.slides.html, marked lang="zh-CN"), from the committed outputs (nothing
 is executed) with `jupyter nbconvert --to slides`' exporter. reveal.js 5, require.js, jQuery
 and MathJax 2 are installed once into build/slides/vendor/ from the npm registry (`npm pack`),
 and every deck loads them from there, so the decks need no network when viewed; img/ is
@@ -140,6 +141,11 @@ def expected_slides(nb) -> int:
     return 1 + sum(t in ("slide", "subslide") for t in types[visible[0] + 1 :]) if visible else 0
 
 
+def deck_name(path: Path) -> str:
+    """The file name of a notebook's deck, without .slides.html: zh-NN-x for notebooks/zh/NN-x."""
+    return f"zh-{path.stem}" if path.parent.name == "zh" else path.stem
+
+
 def render(path: Path, exp: SlidesExporter) -> Path:
     """Write the deck of one notebook; fail if it still points at the network."""
     nb = nbformat.read(path, as_version=4)
@@ -147,22 +153,25 @@ def render(path: Path, exp: SlidesExporter) -> Path:
     remote = REMOTE.findall(html)
     if remote:
         raise RuntimeError(f"{path.name}: deck still loads from the network: {remote[:3]}")
-    # Decks sit in build/slides with a copy of img/, so ../img/x.svg becomes img/x.svg.
-    html = re.sub(r"""(src=["'])\.\./img/""", r"\1img/", html)
-    images = path.parent.parent / "img"
-    for svg in images.glob("*") if images.is_dir() else []:
+    # Decks sit in build/slides with a copy of img/: ../img/x.svg (../../img/x.svg from
+    # notebooks/zh/) becomes img/x.svg.
+    html = re.sub(r"""(src=["'])(?:\.\./)+img/""", r"\1img/", html)
+    if path.parent.name == "zh":
+        html = re.sub(r"<html( lang=\"[^\"]*\")?>", '<html lang="zh-CN">', html, count=1)
+    for svg in (ROOT / "img").glob("*"):
         (OUT / "img").mkdir(exist_ok=True)
         shutil.copy2(svg, OUT / "img" / svg.name)
-    target = OUT / f"{path.stem}.slides.html"
+    target = OUT / f"{deck_name(path)}.slides.html"
     target.write_text(html, encoding="utf-8")
     return target
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    paths = [Path(a).resolve() for a in args] or sorted(
-        (ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")
-    )
+    paths = [Path(a).resolve() for a in args] or [
+        *sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")),
+        *sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]-*.ipynb")),
+    ]
     OUT.mkdir(parents=True, exist_ok=True)
     install_vendor()
     exp = exporter()

@@ -23,11 +23,12 @@ from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 from lab import lab_command, lab_env  # noqa: E402 - how `make lab` serves the lessons
-from make_slides import expected_slides  # noqa: E402
+from make_slides import deck_name, expected_slides  # noqa: E402
 from nbtools import load  # noqa: E402
 
 NB_DIR = Path(os.environ.get("D2L_GPU_BROWSER_NOTEBOOKS", ROOT / "notebooks")).resolve()
 LESSONS = sorted(p for p in NB_DIR.glob("*.ipynb") if not p.name.startswith("."))
+DECKS = LESSONS + sorted(p for p in (NB_DIR / "zh").glob("*.ipynb") if not p.name.startswith("."))
 SLIDES, SHOTS = ROOT / "build" / "slides", ROOT / "build" / "browser"
 RUN_TIMEOUT = float(os.environ.get("D2L_GPU_BROWSER_TIMEOUT", 300))
 CHROMIUM = "/usr/bin/chromium"
@@ -221,9 +222,9 @@ def test_lesson_runs_in_jupyterlab(path, lab, browser):
         lab.shutdown_kernels()
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=[p.name for p in LESSONS])
+@pytest.mark.parametrize("path", DECKS, ids=[deck_name(p) for p in DECKS])
 def test_slide_deck_renders(path, browser):
-    deck = SLIDES / f"{path.stem}.slides.html"
+    deck = SLIDES / f"{deck_name(path)}.slides.html"
     assert deck.is_file(), f"{deck} missing: run `make slides` first"
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     problems = []
@@ -240,7 +241,7 @@ def test_slide_deck_renders(path, browser):
         images = page.evaluate(
             "[...document.images].map(i => [i.src.slice(0, 60), i.naturalWidth])"
         )
-        page.screenshot(path=str(SHOTS / f"{path.stem}.slides.png"))
+        page.screenshot(path=str(SHOTS / f"{deck_name(path)}.slides.png"))
         assert leaves == expected_slides(load(path)), "slide count differs from the notebook"
         assert all(width > 0 for _, width in images), f"images that did not load: {images}"
         assert not problems, problems
