@@ -50,14 +50,19 @@ def amp_dtype(device) -> torch.dtype | None:
     return torch.float16 if kind == "mps" else torch.bfloat16
 
 
-def make_step(net, optimizer, loss, device, *, channels_last=False, amp=False, scheduler=None):
+def make_step(
+    net, optimizer, loss, device, *, channels_last=False, amp=False, scheduler=None, clip=None
+):
     """Return step(X, y) -> loss as a device tensor: one optimizer update, and one step of the
     schedule if the update happened (fp16's GradScaler skips a step whose gradients overflowed,
-    and reads that check back to the host; nothing else does)."""
+    and reads that check back to the host; nothing else does). `clip`: the largest norm of all
+    gradients together, applied to the true gradients (unscaled first under fp16)."""
     if not isinstance(net, torch.nn.Module) or not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("make_step needs a module and a torch.optim optimizer of its parameters")
     if not callable(loss) or not (isinstance(amp, bool) or isinstance(amp, torch.dtype)):
         raise TypeError(f"make_step needs a loss function, and amp True, False or a dtype: {amp!r}")
+    if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
+        raise ValueError(f"make_step: clip must be a positive gradient norm, not {clip!r}")
     device = torch.device(device)
     dtype = (amp_dtype(device) if amp is True else amp) or None
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
@@ -73,12 +78,17 @@ def make_step(net, optimizer, loss, device, *, channels_last=False, amp=False, s
         stepped = True
         if scaler is not None:
             scaler.scale(l).backward()
+            if clip is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
             scale = scaler.get_scale()
             scaler.step(optimizer)  # skipped when a gradient is inf or NaN
             scaler.update()  # ... and then the scale is lowered
             stepped = scaler.get_scale() >= scale
         else:
             l.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
             optimizer.step()
         if scheduler is not None and stepped:
             scheduler.step()

@@ -363,3 +363,67 @@ def test_a_skipped_fp16_step_does_not_advance_the_schedule():
         step(X, y)  # an ordinary step: the update and the schedule both happen
     assert sched.last_epoch == 1
     assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+
+
+CLIP, CLIP_LR = 0.01, 1.0
+FP16_TOL = 1e-4  # float16's rounding; measured 1.4e-6 against an update of 4.5e-3
+
+
+def _clip_reference():
+    """A linear model, one batch, and its SGD update with the gradients clipped by hand."""
+    torch.manual_seed(0)
+    net = nn.Linear(16, 4)
+    X, y = torch.randn(32, 16) * 0.5, torch.randint(0, 4, (32,))
+    ref = nn.Linear(16, 4)
+    ref.load_state_dict(net.state_dict())
+    opt = torch.optim.SGD(ref.parameters(), lr=CLIP_LR)
+    nn.functional.cross_entropy(ref(X), y).backward()
+    norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), CLIP)
+    assert norm > 10 * CLIP  # the clip really acts
+    opt.step()
+    return net, X, y, [p.detach() for p in ref.parameters()]
+
+
+def _largest_gap(net, expected) -> float:
+    return max(
+        (a.detach() - b).abs().max().item() for a, b in zip(net.parameters(), expected, strict=True)
+    )
+
+
+@pytest.mark.parametrize("amp", [False, torch.float16])
+def test_clip_acts_on_the_true_gradients(amp):
+    """fp32: the update of clipping by hand, exactly; fp16 with GradScaler: the gradients are
+    unscaled before clipping, so the update matches up to float16's rounding."""
+    net, X, y, expected = _clip_reference()
+    start = [p.detach().clone() for p in net.parameters()]
+    opt = torch.optim.SGD(net.parameters(), lr=CLIP_LR)
+    step = recipe.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", amp=amp, clip=CLIP)
+    step(X, y)
+    assert any(
+        not torch.equal(a, b) for a, b in zip(net.parameters(), start, strict=True)
+    )  # not skipped
+    assert _largest_gap(net, expected) <= (0 if amp is False else FP16_TOL)
+
+
+def test_clipping_the_scaled_gradients_is_caught():
+    """The negative control: a step that clips before unscaling (a test-only copy of make_step's
+    fp16 branch without unscale_) clips gradients 65536 times too large, so its update is 65536
+    times too small, and the comparison above refuses it."""
+    net, X, y, expected = _clip_reference()
+    opt = torch.optim.SGD(net.parameters(), lr=CLIP_LR)
+    scaler = torch.amp.GradScaler("cpu")
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = nn.functional.cross_entropy(net(X), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)  # the mistake: scaled gradients
+    scaler.step(opt)
+    scaler.update()
+    assert _largest_gap(net, expected) > 10 * FP16_TOL
+
+
+@pytest.mark.parametrize("clip", [0, -1.0, "1", float("nan")])
+def test_a_clip_that_is_no_norm_is_refused(clip):
+    net = nn.Linear(2, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="clip must be a positive gradient norm"):
+        recipe.make_step(net, opt, nn.CrossEntropyLoss(), "cpu", clip=clip)
