@@ -68,13 +68,13 @@ def profile_step(step: Callable[[], object], path, *, device=None, warmup: int =
     synchronize(device)
     prof = torch.profiler.profile(activities=activities)
     with quiet_stderr():  # the profiler logs every start and stop
-        prof.__enter__()
+        prof.start()
     try:
         step()
         synchronize(device)  # the device's queued work belongs to this step
     finally:
         with quiet_stderr():
-            prof.__exit__(None, None, None)
+            prof.stop()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         prof.export_chrome_trace(str(tmp))

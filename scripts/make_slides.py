@@ -153,14 +153,11 @@ def render(path: Path, exp: SlidesExporter) -> Path:
     remote = REMOTE.findall(html)
     if remote:
         raise RuntimeError(f"{path.name}: deck still loads from the network: {remote[:3]}")
-    # Decks sit in build/slides with a copy of img/: ../img/x.svg (../../img/x.svg from
-    # notebooks/zh/) becomes img/x.svg.
+    # Decks sit in build/slides beside a copy of img/ (made once, by main): ../img/x.svg
+    # (../../img/x.svg from notebooks/zh/) becomes img/x.svg.
     html = re.sub(r"""(src=["'])(?:\.\./)+img/""", r"\1img/", html)
     if path.parent.name == "zh":
         html = re.sub(r"<html( lang=\"[^\"]*\")?>", '<html lang="zh-CN">', html, count=1)
-    for svg in (ROOT / "img").glob("*"):
-        (OUT / "img").mkdir(exist_ok=True)
-        shutil.copy2(svg, OUT / "img" / svg.name)
     target = OUT / f"{deck_name(path)}.slides.html"
     target.write_text(html, encoding="utf-8")
     return target
@@ -173,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         *sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]-*.ipynb")),
     ]
     OUT.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ROOT / "img", OUT / "img", dirs_exist_ok=True)  # every deck's images
     install_vendor()
     exp = exporter()
     for path in paths:

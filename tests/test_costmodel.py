@@ -82,10 +82,15 @@ def _pingpong() -> dict:
     return times
 
 
-def _miss(times: dict) -> tuple[float, str]:
-    """How far (a factor >= 1) a fit of every size but HELD_OUT misses HELD_OUT's time."""
+def _fit(times: dict) -> AlphaBeta:
+    """The alpha-beta fit of every measured size but HELD_OUT."""
     kept = [n for n in SIZES if n != HELD_OUT]
-    link = costmodel.fit_alpha_beta(kept, [times[n] for n in kept])
+    return costmodel.fit_alpha_beta(kept, [times[n] for n in kept])
+
+
+def _miss(times: dict) -> tuple[float, str]:
+    """How far (a factor >= 1) the fit of every size but HELD_OUT misses HELD_OUT's time."""
+    link = _fit(times)
     predicted, measured = link.time(HELD_OUT), times[HELD_OUT]
     said = f"{link}: predicted {predicted:.2e} s, measured {measured:.2e} s"
     return max(predicted / measured, measured / predicted), said
@@ -105,8 +110,7 @@ def test_model_predicts_a_held_out_size():
 def test_a_wrong_bandwidth_misses_the_held_out_size():
     """The negative control: the same check fails a model whose bandwidth is 10x too high."""
     times = _pingpong()
-    kept = [n for n in SIZES if n != HELD_OUT]
-    link = costmodel.fit_alpha_beta(kept, [times[n] for n in kept])
+    link = _fit(times)
     wrong = AlphaBeta(link.alpha, 10 * link.beta)
     predicted, measured = wrong.time(HELD_OUT), times[HELD_OUT]
     assert max(predicted / measured, measured / predicted) >= FACTOR
