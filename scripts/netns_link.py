@@ -116,24 +116,35 @@ def run_ranks(machines: TwoMachines, args: argparse.Namespace, outdir: Path) -> 
     """Start ranks 0, 1 in the first namespace and 2, 3 in the second; return rank 0's result."""
     procs = []
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    # A stop signal while the ranks start would orphan a rank started but not yet in `procs`, so
+    # it is only noted then, and acted on once all four are known. (Blocking it with
+    # pthread_sigmask did not do: another thread of this process still took it, and every rank
+    # inherited the blocked mask and could not be stopped with SIGTERM.)
+    pending: list[int] = []
+    held = (signal.SIGTERM, signal.SIGHUP)
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in held
+    }
     try:
-        held = {signal.SIGTERM, signal.SIGHUP}  # a stop signal now would orphan a half-started rank
-        signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        for rank in range(4):
-            ns, link = machines.names[rank // 2], machines.links[rank // 2]
-            cmd = ["ip", "netns", "exec", ns, sys.executable, __file__, "--worker", str(rank)]
-            cmd += ["--size-kb", str(args.size_kb), "--rounds", str(args.rounds)]
-            cmd += ["--out", str(outdir / f"rank{rank}.json")]
-            procs.append(
-                subprocess.Popen(
-                    cmd, env={**env, "GLOO_SOCKET_IFNAME": link}, start_new_session=True
+        try:
+            for rank in range(4):
+                ns, link = machines.names[rank // 2], machines.links[rank // 2]
+                cmd = ["ip", "netns", "exec", ns, sys.executable, __file__, "--worker", str(rank)]
+                cmd += ["--size-kb", str(args.size_kb), "--rounds", str(args.rounds)]
+                cmd += ["--out", str(outdir / f"rank{rank}.json")]
+                procs.append(
+                    subprocess.Popen(
+                        cmd, env={**env, "GLOO_SOCKET_IFNAME": link}, start_new_session=True
+                    )
                 )
-            )
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)  # a pending stop is handled here
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if pending:  # the stop that came while the ranks started, handled as it would have been
+            signal.raise_signal(pending[0])
         for p in procs:
             p.wait(timeout=args.timeout)
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         for p in procs:  # only the workers started here, by their process group
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -161,7 +172,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         between = costmodel.pingpong_worker(rank, 4, slow, args.rounds, pair=(0, 2))
         algorithms = ["ring", "hierarchical", "all_reduce"]
         nbytes = args.size_kb * 1024
-        cases = [(name, 4, nbytes) for name in algorithms]
+        cases = [(name, 4, nbytes) for name in algorithms] + [("ring step", 4, nbytes // 4)]
         timed = costmodel.collective_worker(rank, 4, cases, args.rounds)
         dist.barrier()
     finally:
@@ -173,6 +184,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         "between": [between[n] for n in slow],
         "nbytes": nbytes,
         "measured": {name: timed[(name, 4, nbytes)] for name in algorithms},
+        "ring_step": timed[("ring step", 4, nbytes // 4)],  # all four ranks send at once
     }
     Path(args.out).write_text(json.dumps(result))
 
@@ -195,7 +207,8 @@ def measure(args: argparse.Namespace) -> dict:
         inside_model=[inside.alpha, inside.beta],
         between_model=[between.alpha, between.beta],
         predicted={
-            "ring": costmodel.ring_time(between, n, 4),  # the ring crosses the slow link twice
+            # every step of the flat ring waits for its slowest link, here the one between machines
+            "ring": costmodel.flat_ring_time(inside, between, n, 4),
             "hierarchical": costmodel.hierarchical_time(inside, between, n, 2, 2),
         },
         date=datetime.date.today().isoformat(),

@@ -103,7 +103,7 @@ WORKERS = [
     (
         "d2l.collective_worker(0, 2, [('rign', 2, 64)])",
         ValueError,
-        "'ring', 'hierarchical', got 'rign'",
+        "'hierarchical', 'ring step', got 'rign'",
     ),
     (
         "d2l.collective_worker(0, 2, [('ring', 4, 64)])",

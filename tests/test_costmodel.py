@@ -48,6 +48,45 @@ def test_fit_rejects_bad_input():
         costmodel.fit_alpha_beta([1.0, 2.0], [1.0, 0.0])
 
 
+def test_leaving_out_one_size_moves_the_fit_little():
+    """Lesson 12 checks this on its own measurement; here on times with one lucky outlier (a 4 KiB
+    message at 0.3x its time). Leaving out any one size moves the robust fit by 3%. The
+    negative control: the fit weighted by the measured times only (rounds=1), which the lesson
+    says one fast message can drag, moves by 80%."""
+    sizes = [4 * 4**i for i in range(12)]
+    link = AlphaBeta(alpha=90e-6, beta=2e9)
+    wobble = [1.0, 1.08, 0.95, 1.05, 0.97, 0.3, 1.02, 0.93, 1.06, 0.96, 1.04, 0.98]
+    times = [link.time(n) * w for n, w in zip(sizes, wobble, strict=True)]
+
+    def spread(rounds: int) -> float:
+        full = costmodel.fit_alpha_beta(sizes, times, rounds)
+        moved = []
+        for i in range(len(sizes)):
+            part = costmodel.fit_alpha_beta(
+                sizes[:i] + sizes[i + 1 :], times[:i] + times[i + 1 :], rounds
+            )
+            moved += [abs(part.alpha / full.alpha - 1), abs(part.beta / full.beta - 1)]
+        return max(moved)
+
+    assert spread(20) < 0.25
+    assert spread(1) > 0.5
+
+
+def test_a_flat_ring_waits_for_its_slower_link():
+    """Every step of a flat ring moves nbytes/k over all its links at once."""
+    slow_across, slow_inside = AlphaBeta(50e-6, 1e8), AlphaBeta(300e-6, 2e9)
+    fast_across = AlphaBeta(50e-6, 1e12)
+    n = 2**20
+    assert costmodel.flat_ring_time(slow_inside, slow_across, n, 4) == costmodel.ring_time(
+        slow_across, n, 4
+    )
+    assert costmodel.flat_ring_time(slow_inside, fast_across, n, 4) == costmodel.ring_time(
+        slow_inside, n, 4
+    )  # a fast link across: the loopback decides, not the across link's latency
+    assert costmodel.ring_time(fast_across, n, 4) < 0.3 * costmodel.ring_time(slow_inside, n, 4)
+    assert costmodel.flat_ring_time(slow_inside, slow_across, n, 1) == 0.0
+
+
 def test_the_books_worked_example():
     """Four GPUs behind a 16 GB/s PCIe switch, 160 MB of gradients (the book's numbers)."""
     pcie = AlphaBeta(alpha=0.0, beta=16e9)
@@ -155,3 +194,39 @@ def test_two_machines_are_removed_when_the_script_is_terminated(tmp_path):
     assert f"d2l11-{proc.pid}-" not in left
     assert not list(tmp_path.glob("d2l11-netns-*"))
     assert not subprocess.run(["pgrep", "-f", "netns_link.py --worker"], capture_output=True).stdout
+
+
+RING_SIZES = [4 * 16**i for i in range(6)]  # 4 B to 4 MiB: the ring steps that fit the link
+RING_N = 2**24  # the held-out all-reduce: 16 MiB, 6 steps of 4 MiB on 4 ranks
+# 12 runs on the idle 2-core machine (2026-11-27, 6 of them with OMP_NUM_THREADS=1): the model
+# missed by 1.01-1.29x; the wrong model below by 2.79-6.28x. (On 3 ranks, 3 processes on 2
+# cores, the same runs gave 1.04-2.43x: the lesson prints that row but this test leaves it out.)
+RING_FACTOR = 2.0
+
+
+def _ring_miss(wrong: bool = False) -> tuple[float, str]:
+    """How far the ring model of 4 ranks, fed ring steps of 4 ranks, misses RING_N."""
+    cases = [("ring step", 4, n) for n in RING_SIZES] + [("ring", 4, RING_N)]
+    timed = run_workers(costmodel.collective_worker, 4, cases, 5, timeout=240)[0]
+    loaded = costmodel.fit_alpha_beta(RING_SIZES, [timed[("ring step", 4, n)] for n in RING_SIZES])
+    step = RING_N if wrong else RING_N / 4  # the wrong model sends the whole buffer per step
+    predicted, measured = 6 * loaded.time(step), timed[("ring", 4, RING_N)]
+    said = f"{loaded}: predicted {predicted:.2e} s, measured {measured:.2e} s"
+    return max(predicted / measured, measured / predicted), said
+
+
+def test_ring_steps_predict_a_held_out_ring_all_reduce():
+    """The collective, not only a ping-pong: the hand-written ring of 16 MiB on 4 ranks, predicted
+    from ring steps of at most 4 MiB timed with every rank sending at once. Measured again once if
+    the first run misses (a timing on a shared machine); a wrong model misses both."""
+    ratio, said = _ring_miss()
+    if ratio >= RING_FACTOR:
+        ratio, again = _ring_miss()
+        said = f"twice: {said}; {again}"
+    assert ratio < RING_FACTOR, said
+
+
+def test_a_ring_that_sends_the_whole_buffer_per_step_misses():
+    """The negative control: the same check fails a model whose every step sends all N bytes."""
+    ratio, said = _ring_miss(wrong=True)
+    assert ratio >= RING_FACTOR, said

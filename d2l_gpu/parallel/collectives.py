@@ -160,6 +160,17 @@ ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 12 co
 }
 
 
+def ring_step(x: torch.Tensor, ranks: list[int] | None = None) -> None:
+    """One ring step: send `x` right and receive as much from the left, at once (lesson 12)."""
+    # Not an all-reduce: it times the link as a ring loads it, every rank sending at the same time.
+    ranks, i = members(ranks)
+    k = len(ranks)
+    exchange([(x, ranks[(i + 1) % k])], [(torch.empty_like(x), ranks[(i - 1) % k])])
+
+
+TIMED = {**ALGORITHMS, "ring step": lambda x, ranks, group: ring_step(x, ranks)}  # lesson 12
+
+
 def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) -> list[tuple]:
     """Rows (algorithm, k, ints equal, floats close, same bits) against all_reduce (lesson 12)."""
     # Every algorithm on ranks 0..k-1 for k = 2 .. world_size, with integers and floats of

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from .. import _checks
 from ..distributed import rank_device
 from . import worker_args
-from .collectives import ALGORITHMS, open_reverse_links, ring_all_reduce
+from .collectives import TIMED, open_reverse_links, ring_all_reduce
 
 
 @dataclass(frozen=True)
@@ -47,19 +47,22 @@ class AlphaBeta:
 
 
 def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> AlphaBeta:
-    """Fit time = alpha + size / beta, in error relative to the fit itself (lesson 12)."""
+    """Fit time = alpha + size / beta in relative error, robust to outliers (lesson 12)."""
     if len(sizes) != len(times) or len(sizes) < 2:
         raise ValueError(f"need at least 2 (size, time) pairs, got {len(sizes)} and {len(times)}")
     n = torch.tensor(sizes, dtype=torch.float64)
     t = torch.tensor(times, dtype=torch.float64)
     if (t <= 0).any():
         raise ValueError("every measured time must be positive")
-    scale = t  # divide each equation by a time: small and large messages count alike
-    for _ in range(rounds):  # then by the model's own prediction, not a noisy measurement
-        A = torch.stack([1 / scale, n / scale], dim=1)  # alpha / s + gamma * n / s = t / s
-        alpha, gamma = torch.linalg.lstsq(A, (t / scale).unsqueeze(1)).solution.squeeze(1)
+    scale, weight = t, torch.ones_like(t)  # first divide each equation by its measured time
+    for _ in range(rounds):
+        s = weight.sqrt() / scale
+        A = torch.stack([s, n * s], dim=1)  # alpha * s + gamma * n * s = t * s
+        alpha, gamma = torch.linalg.lstsq(A, (t * s).unsqueeze(1)).solution.squeeze(1)
         alpha, gamma = alpha.clamp(min=0.0), gamma.clamp(min=1e-15)  # neither can be negative
-        scale = alpha + gamma * n
+        scale = alpha + gamma * n  # then by the model's own prediction, not a noisy measurement,
+        miss = (t / scale - 1).abs()  # and a time the model misses by over 20% weighs less
+        weight = (0.2 / miss).clamp(max=1.0)
     return AlphaBeta(float(alpha), float(1 / gamma))
 
 
@@ -75,6 +78,13 @@ def ring_time(link: AlphaBeta, nbytes: float, k: int) -> float:
     """Seconds of `ring_all_reduce` over k ranks: 2(k-1) steps of nbytes/k (lesson 12)."""
     _check_model("ring_time", nbytes, link=link, k=k)
     return 0.0 if k == 1 else 2 * (k - 1) * link.time(nbytes / k)
+
+
+def flat_ring_time(inside: AlphaBeta, between: AlphaBeta, nbytes: float, k: int) -> float:
+    """Seconds of `ring_all_reduce` over links of two kinds: each step waits for the slower."""
+    _check_model("flat_ring_time", nbytes, inside=inside, between=between, k=k)
+    step = max(inside.time(nbytes / k), between.time(nbytes / k))  # all links move at once
+    return 0.0 if k == 1 else 2 * (k - 1) * step
 
 
 def hierarchical_time(
@@ -122,9 +132,6 @@ def sync_device(device: torch.device) -> None:
     """Wait until `device` has finished its queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-_sync = sync_device  # the name of earlier versions
 
 
 def time_ops(
@@ -194,8 +201,8 @@ def _step(fn, x: torch.Tensor, ranks: list[int], group, compute_s: float):
 
 def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: int = 5) -> dict:
     """{case: seconds} of cases (algorithm, k, nbytes[, compute_s]) on ranks 0..k-1 (lesson 12)."""
-    # The algorithm is a name of ALGORITHMS. With compute_s > 0 a case is a training step: a sleep
-    # standing in for a device computing the gradients, then the all-reduce.
+    # The algorithm is a name of collectives.TIMED. With compute_s > 0 a case is a training step:
+    # a sleep standing in for a device computing the gradients, then the all-reduce.
     worker_args.collective(rank, world_size, cases, rounds)
     device, out = rank_device(rank), {}
     open_reverse_links()
@@ -209,7 +216,7 @@ def collective_worker(rank: int, world_size: int, cases: list[tuple], rounds: in
         for case in (c for c in cases if c[1] == k):
             name, _, nbytes, *compute = case
             x = torch.ones(max(1, nbytes // 4), device=device)  # float32: 4 bytes a number
-            ops[case] = _step(ALGORITHMS[name], x, ranks, group, compute[0] if compute else 0.0)
+            ops[case] = _step(TIMED[name], x, ranks, group, compute[0] if compute else 0.0)
         out.update(time_ops(ops, rounds, group=group, device=device))
     return out
 

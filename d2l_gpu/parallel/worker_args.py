@@ -9,7 +9,7 @@ process's own) is named at once, instead of failing deep inside PyTorch or hangi
 from __future__ import annotations
 
 from .. import _checks
-from .collectives import ALGORITHMS
+from .collectives import TIMED
 from .schedules import SCHEDULES
 from .workload import Workload
 
@@ -149,7 +149,7 @@ def collective(rank, world, cases, rounds) -> None:
                 f"nbytes, compute_s), got {case!r}"
             )
         name, k, nbytes, *compute = case
-        _checks.one_of("collective_worker: a case's algorithm", name, ALGORITHMS)
+        _checks.one_of("collective_worker: a case's algorithm", name, TIMED)
         _checks.whole(f"collective_worker: k of {case!r}", k, most=world)
         _checks.whole(f"collective_worker: nbytes of {case!r}", nbytes, least=0)
         for c in compute:
