@@ -170,7 +170,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         slow = [2**10, 2**18, 2**19, 2**20]  # the shaped link: above tbf's burst, but the first
         inside = costmodel.pingpong_worker(rank, 4, fast, args.rounds, pair=(0, 1))
         between = costmodel.pingpong_worker(rank, 4, slow, args.rounds, pair=(0, 2))
-        algorithms = ["ring", "hierarchical", "all_reduce"]
+        algorithms = ["ring", "hierarchical", "two-level", "all_reduce"]
         nbytes = args.size_kb * 1024
         cases = [(name, 4, nbytes) for name in algorithms] + [("ring step", 4, nbytes // 4)]
         timed = costmodel.collective_worker(rank, 4, cases, args.rounds)
@@ -210,6 +210,7 @@ def measure(args: argparse.Namespace) -> dict:
             # every step of the flat ring waits for its slowest link, here the one between machines
             "ring": costmodel.flat_ring_time(inside, between, n, 4),
             "hierarchical": costmodel.hierarchical_time(inside, between, n, 2, 2),
+            "two-level": costmodel.two_level_time(inside, between, n, 2, 2),  # one veth pair
         },
         date=datetime.date.today().isoformat(),
         machine=f"{platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}",

@@ -103,7 +103,7 @@ WORKERS = [
     (
         "d2l.collective_worker(0, 2, [('rign', 2, 64)])",
         ValueError,
-        "'hierarchical', 'ring step', got 'rign'",
+        "'two-level', 'ring step', got 'rign'",
     ),
     (
         "d2l.collective_worker(0, 2, [('ring', 4, 64)])",

@@ -27,8 +27,11 @@ def algorithms(k):
         out.append(("2 servers", lambda x, r: collectives.ps_push_pull(x, 2, r)))
     if k % 2 == 0:
         out.append(("hierarchical", lambda x, r: collectives.hierarchical_all_reduce(x, 2, r)))
+        out.append(("two-level", lambda x, r: collectives.two_level_all_reduce(x, 2, r)))
     if k == 4:
         out.append(("hierarchy of 1", lambda x, r: collectives.hierarchical_all_reduce(x, 1, r)))
+        out.append(("two-level of 1", lambda x, r: collectives.two_level_all_reduce(x, 1, r)))
+        out.append(("two-level of 4", lambda x, r: collectives.two_level_all_reduce(x, 4, r)))
     return out
 
 
@@ -92,6 +95,7 @@ def bad_inputs(rank):
     for call in (
         lambda: collectives.ring_all_reduce(torch.zeros(4, 4).t()),
         lambda: collectives.hierarchical_all_reduce(torch.zeros(3), 3),
+        lambda: collectives.two_level_all_reduce(torch.zeros(3), 3),
         lambda: collectives.ps_push_pull(torch.zeros(3), 5),  # 4 ranks
         lambda: collectives.ring_all_reduce(torch.zeros(3), [1 - rank, 2]),
     ):
@@ -104,9 +108,10 @@ def bad_inputs(rank):
 
 def test_bad_input_is_a_clear_error_not_a_hang(results):
     errors = results[0][1]
-    assert len(errors) == 4, errors
-    assert "not contiguous" in errors[0] and "local_size=3" in errors[1]
-    assert "between 1 and 4" in errors[2] and "excludes it" in errors[3]
+    assert len(errors) == 5, errors
+    assert "not contiguous" in errors[0]
+    assert "local_size=3" in errors[1] and "local_size=3" in errors[2]
+    assert "between 1 and 4" in errors[3] and "excludes it" in errors[4]
 
 
 @pytest.mark.parametrize("numel,servers", [(0, 1), (5, 3), (10, 4), (3, 4)])

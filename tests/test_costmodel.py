@@ -87,6 +87,25 @@ def test_a_flat_ring_waits_for_its_slower_link():
     assert costmodel.flat_ring_time(slow_inside, slow_across, n, 1) == 0.0
 
 
+def test_the_two_level_hierarchy_moves_a_gth_inside_and_shares_the_cards_across():
+    inside, between = AlphaBeta(5e-6, 100e9), AlphaBeta(20e-6, 12.5e9)
+    N, m, g = 100 * MB, 2, 4
+    one_card = costmodel.two_level_time(inside, between, N, m, g)
+    assert math.isclose(
+        one_card, 2 * 3 * inside.time(N / 4) + 2 * (between.alpha + N / 4 / 2 / (between.beta / 4))
+    )
+    card_each = costmodel.two_level_time(inside, between, N, m, g, nics=g)
+    assert math.isclose(
+        card_each, 2 * 3 * inside.time(N / 4) + costmodel.ring_time(between, N / 4, m)
+    )
+    leader = costmodel.hierarchical_time(inside, between, N, m, g)
+    # one card: the same bytes across as the leader's ring, a quarter of them inside
+    assert one_card < leader and math.isclose(
+        one_card - 6 * inside.time(N / 4), leader - 6 * inside.time(N)
+    )
+    assert card_each < 0.4 * one_card  # four rings at once across, on four cards
+
+
 def test_the_books_worked_example():
     """Four GPUs behind a 16 GB/s PCIe switch, 160 MB of gradients (the book's numbers)."""
     pcie = AlphaBeta(alpha=0.0, beta=16e9)

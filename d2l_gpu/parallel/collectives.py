@@ -149,6 +149,34 @@ def hierarchical_all_reduce(
         exchange([], [(flat, leader)])
 
 
+def two_level_all_reduce(x: torch.Tensor, local_size: int, ranks: list[int] | None = None) -> None:
+    """Sum `x`: reduce-scatter inside, all-reduce each part across, all-gather (lesson 12)."""
+    # As NCCL and Horovod do across machines: the rank at position p of its machine sums part p
+    # of x over its machine, then over the ranks at position p of every machine (a ring each,
+    # all rings at once), then every machine gathers its parts back.
+    ranks, me = members(ranks)
+    if local_size < 1 or len(ranks) % local_size:
+        raise ValueError(
+            f"{len(ranks)} ranks cannot form machines of local_size={local_size}: "
+            "choose a local_size that divides the number of ranks"
+        )
+    parts = flat_view(x).tensor_split(local_size)
+    first, mine = me - me % local_size, me % local_size
+    machine = ranks[first : first + local_size]
+    others = [r for r in machine if r != ranks[me]]
+    inbox = {r: torch.empty_like(parts[mine]) for r in others}
+    sends = [(parts[machine.index(r)], r) for r in others]
+    exchange(sends, list(zip(inbox.values(), others, strict=True)))  # 1. reduce-scatter
+    total = torch.zeros_like(parts[mine])
+    for r in machine:  # in machine order, so every run adds alike
+        total += parts[mine] if r == ranks[me] else inbox[r]
+    parts[mine].copy_(total)
+    ring_all_reduce(parts[mine], ranks[mine::local_size])  # 2. across, position by position
+    exchange(  # 3. all-gather inside
+        [(parts[mine], r) for r in others], [(parts[machine.index(r)], r) for r in others]
+    )
+
+
 _flat, _members = flat_view, members  # the names of earlier versions
 
 ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 12 compares
@@ -157,6 +185,7 @@ ALGORITHMS = {  # name -> fn(x, ranks, group): the all-reduces that lesson 12 co
     "k servers": lambda x, ranks, group: ps_push_pull(x, len(ranks), ranks),
     "ring": lambda x, ranks, group: ring_all_reduce(x, ranks),
     "hierarchical": lambda x, ranks, group: hierarchical_all_reduce(x, 2, ranks),
+    "two-level": lambda x, ranks, group: two_level_all_reduce(x, 2, ranks),
 }
 
 
@@ -187,7 +216,7 @@ def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) 
         if rank >= k:
             continue
         for name, fn in ALGORITHMS.items():
-            if name == "all_reduce" or (name == "hierarchical" and k % 2):
+            if name == "all_reduce" or (name in ("hierarchical", "two-level") and k % 2):
                 continue
             g = torch.Generator().manual_seed(rank)
             ints = [torch.randint(-(10**9), 10**9, (n,), generator=g).to(device) for n in sizes]

@@ -97,6 +97,25 @@ def hierarchical_time(
     return 2 * local + ring_time(between, nbytes, machines)
 
 
+def two_level_time(
+    inside: AlphaBeta,
+    between: AlphaBeta,
+    nbytes: float,
+    machines: int,
+    local_size: int,
+    nics: int = 1,
+) -> float:
+    """Seconds of `two_level_all_reduce`: scatter in, rings across, gather in (lesson 12)."""
+    # Inside, each rank sends local_size - 1 parts of nbytes / local_size, one after another on
+    # its link, twice. Across, local_size rings of nbytes / local_size share the machine's `nics`
+    # network cards: each ring gets nics / local_size of a card's bandwidth (at most all of it).
+    _check_model("two_level_time", nbytes, inside=inside, between=between)
+    _check_model("two_level_time", nbytes, machines=machines, local_size=local_size, nics=nics)
+    part = nbytes / local_size
+    share = AlphaBeta(between.alpha, between.beta * min(1.0, nics / local_size))
+    return 2 * (local_size - 1) * inside.time(part) + ring_time(share, part, machines)
+
+
 def pipeline_time(compute: list[float], comm: list[float]) -> float:
     """Seconds until the last message ends; message i starts after compute i (lesson 12)."""
     # Compute runs back to back; messages go one at a time, in order.

@@ -154,9 +154,9 @@ def collective(rank, world, cases, rounds) -> None:
         _checks.whole(f"collective_worker: nbytes of {case!r}", nbytes, least=0)
         for c in compute:
             _checks.number(f"collective_worker: compute_s of {case!r}", c)
-        if name == "hierarchical" and k % 2:
+        if name in ("hierarchical", "two-level") and k % 2:
             raise ValueError(
-                f"collective_worker: case {case!r} runs 'hierarchical' (machines of 2 ranks) on "
+                f"collective_worker: case {case!r} runs {name!r} (machines of 2 ranks) on "
                 "an odd number of ranks; give it an even k"
             )
     _checks.whole("collective_worker: rounds", rounds)
