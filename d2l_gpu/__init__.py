@@ -189,7 +189,13 @@ _NAMES = {
         "sequence_parallel_block",
         "transformer_parallel_worker",
     ],
-    "parallel.splitting": ["balanced_cuts", "layer_table", "split_costs", "split_stages"],
+    "parallel.splitting": [
+        "balanced_cuts",
+        "channel_split",
+        "layer_table",
+        "split_costs",
+        "split_stages",
+    ],
     "parallel.context_parallel": [
         "causal_work",
         "merge",
@@ -216,6 +222,7 @@ _NAMES = {
         "ColumnParallelLinear",
         "RowParallelLinear",
         "channel_parallel_convs",
+        "channel_parallel_lenet",
         "full_parameters",
         "megatron_mlp",
         "tensor_parallel_worker",

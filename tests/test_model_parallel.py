@@ -73,7 +73,8 @@ def test_split_costs_follow_the_formulas():
     costs = splitting.split_costs(net, X, k=2, bytes_per_number=4)
     assert costs["data"]["params"] == P and costs["data"]["bytes_sent"] == 2 * 0.5 * P * 4
     assert costs["channels"]["params"] == P / 2
-    assert costs["channels"]["bytes_sent"] == 2 * 0.5 * (16 + 16 + 8) * 10 * 4
+    # one Megatron pair: an all-reduce of its output forward; its input is X, so none backward
+    assert costs["channels"]["bytes_sent"] == 2 * 0.5 * 8 * 10 * 4
     # the largest stage's parameters; a stage sends at most its output and its input's gradient
     assert costs["layers"]["params"] in (8 * 16 + 16, 16 * 8 + 8)
     assert costs["layers"]["bytes_sent"] == 16 * 10 * 4
@@ -234,7 +235,45 @@ def test_channel_parallel_lenet_equals_one_device(tp_runs):
     for _, rank, _ in tp_runs:
         assert max_diff(rank["params"], net.parameters()) < 1e-12
         assert max(abs(a - b) for a, b in zip(rank["losses"], losses, strict=True)) < 1e-12
-        assert rank["calls"] == {"all_gather": 2, "all_reduce": 1}  # 2 convs; conv 2's input
+        # 2 convs; conv 2's input; the Megatron pair of linear layers forward and backward
+        assert rank["calls"] == {"all_gather": 2, "all_reduce": 3}
+
+
+def _sent_per_rank(run: dict, k: int) -> float:
+    """Bytes one rank sends in ring collectives: (k-1)/k of a gather, twice that of a reduce."""
+    full = run["bytes"]
+    return (k - 1) / k * (full.get("all_gather", 0) + 2 * full.get("all_reduce", 0))
+
+
+def test_split_costs_counts_what_the_split_models_send(tp_runs):
+    """Issue 23: the channels column counted every unit's output (41 MB for LeNet against the
+    12.5 MB its channel-parallel version sent). Now it counts the lessons' own implementations:
+    equal to the bytes the collectives of one step carried (CollectiveCounter), for the Megatron
+    MLP and for LeNet. The negative control is the old count, every unit's output each way."""
+    mlp_run, lenet_run, _ = tp_runs[0]
+    cases = [
+        (
+            models.mlp(list(TP_WIDTHS), dtype=F64),
+            torch.zeros(BATCH, TP_WIDTHS[0], dtype=F64),
+            mlp_run,
+        ),
+        (models.lenet_sequential().to(F64), torch.zeros(8, 1, 28, 28, dtype=F64), lenet_run),
+    ]
+    for net, X, run in cases:
+        counted = splitting.split_costs(net, X, k=2, bytes_per_number=8)["channels"]["bytes_sent"]
+        assert counted == pytest.approx(_sent_per_rank(run, 2), rel=1e-12)
+        every_output = sum(r["out"] for r in splitting.layer_table(net, X[:1])) * len(X) * 8
+        assert every_output != pytest.approx(_sent_per_rank(run, 2), rel=0.1)
+
+
+def test_a_transformer_block_counts_megatrons_four_all_reduces():
+    """Two all-reduces forward (attention, MLP) and two backward per block, of B x T x d each."""
+    from d2l_gpu.gpt import TransformerBlock
+
+    net = nn.Sequential(TransformerBlock(16, 2), TransformerBlock(16, 2))
+    X = torch.zeros(3, 5, 16)
+    sent = splitting.split_costs(net, X, k=2)["channels"]["bytes_sent"]
+    assert sent == pytest.approx(2 * 4 * (2 * 1 / 2) * 3 * 5 * 16 * 4)  # blocks x 4 x ring x BTd
 
 
 def test_tensor_parallel_refuses_an_uneven_split():

@@ -102,8 +102,9 @@ def split_costs(net: nn.Sequential, X: torch.Tensor, k: int, bytes_per_number: i
         (rows[b_ - 1]["out"] if b_ < len(rows) else 0) + (rows[a - 1]["out"] if a > 0 else 0)
         for a, b_ in stages
     ]
-    acts = sum(r["out"] for r in rows)
     frac = (k - 1) / k
+    channels = channel_split(net, X[:1])
+    kept = [i for i in range(len(rows)) if i not in channels["split_units"]]
     return {
         "data": {
             "params": P,
@@ -115,12 +116,74 @@ def split_costs(net: nn.Sequential, X: torch.Tensor, k: int, bytes_per_number: i
             "flops": max(sum(flops[a:b_]) for a, b_ in stages),
             "bytes_sent": max(sends) * B * b,
         },
-        "channels": {
-            "params": P / k,
-            "flops": sum(flops) / k,
-            "bytes_sent": 2 * frac * acts * B * b,  # gather each output, reduce each input grad
+        "channels": {  # the split units' share, plus the replicated units whole
+            "params": (P - sum(rows[i]["params"] for i in kept)) / k
+            + sum(rows[i]["params"] for i in kept),
+            "flops": (sum(flops) - sum(flops[i] for i in kept)) / k + sum(flops[i] for i in kept),
+            # ring collectives: a gather sends (k-1)/k of the whole, an all-reduce twice that
+            "bytes_sent": frac * (channels["gathered"] + 2 * channels["reduced"]) * B * b,
         },
     }
+
+
+def channel_split(net: nn.Sequential, X: torch.Tensor) -> dict:
+    """What the lessons' tensor parallelism exchanges per example of X, and which units it splits.
+
+    Every Conv2d (also inside a unit) is split by output channels: its output is all-gathered
+    forward, its input's gradient all-reduced backward (lesson 10). Every (Linear, any, Linear)
+    run of units is a Megatron pair, and every TransformerBlock is split the Megatron way: one
+    all-reduce forward and one backward per pair, per attention and per MLP (lessons 10, 13).
+    The input of `net` needs no gradient. Other units are replicated and exchange nothing."""
+    from ..gpt import TransformerBlock
+
+    units = list(net.children())
+    pairs, i = {}, 0
+    while i < len(units):
+        if i + 2 < len(units) and all(isinstance(units[j], nn.Linear) for j in (i, i + 2)):
+            pairs[i] = i + 2
+            i += 3
+        else:
+            i += 1
+    split_units = {i for i, u in enumerate(units) if isinstance(u, TransformerBlock)}
+    split_units |= {j for i, last in pairs.items() for j in range(i, last + 1)}
+    found = {"gathered": 0, "reduced": 0}
+    first = X[:1]
+
+    def conv(module, inputs, output):
+        found["gathered"] += output[0].numel()
+        found["reduced"] += 0 if inputs[0] is first else inputs[0][0].numel()
+
+    def block(module, inputs, output):  # attention and MLP: an all-reduce each, each way
+        found["reduced"] += 4 * inputs[0][0].numel()
+
+    def pair_in(module, inputs):
+        found["reduced"] += 0 if inputs[0] is first else inputs[0][0].numel()
+
+    def pair_out(module, inputs, output):
+        found["reduced"] += output[0].numel()
+
+    hooks = []
+    for i, unit in enumerate(units):
+        if isinstance(unit, TransformerBlock):
+            hooks.append(unit.register_forward_hook(block))
+        elif i in pairs:
+            hooks.append(unit.register_forward_pre_hook(pair_in))
+            hooks.append(units[pairs[i]].register_forward_hook(pair_out))
+        else:
+            for module in unit.modules():
+                if isinstance(module, nn.Conv2d):
+                    hooks.append(module.register_forward_hook(conv))
+                    split_units.add(i)
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad():
+            net(first)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        net.train(was_training)
+    return {**found, "split_units": split_units}
 
 
 def _check_net_and_batch(caller: str, net, X) -> None:

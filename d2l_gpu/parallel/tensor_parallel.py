@@ -145,6 +145,11 @@ def channel_parallel_convs(net: nn.Sequential, rank: int, world: int) -> nn.Sequ
     )
 
 
+def channel_parallel_lenet(net: nn.Sequential, rank: int, world: int) -> nn.Sequential:
+    """LeNet split as `split_costs` counts it: convolutions by channels, then Megatron pairs."""
+    return megatron_mlp(channel_parallel_convs(net, rank, world), rank, world)
+
+
 def full_parameters(net: nn.Module) -> list[torch.Tensor]:
     """Every parameter of a split net put back together (all-gathered); replicated ones as is."""
     _checks.in_group("full_parameters")
@@ -183,7 +188,7 @@ def _train(net, X, y, steps, lr, device, baseline) -> dict:
 
 def tensor_parallel_worker(rank: int, world: int, work: Workload, model: str = "mlp") -> dict:
     """Train the split model ('mlp': Megatron pairs of work.widths; 'lenet': channel-split
-    convolutions, on toy images, with work.widths None).
+    convolutions and a Megatron pair of linear layers, on toy images, with work.widths None).
 
     Returns the full parameters after training (gathered), the losses, the median step time,
     the collectives of one step and the bytes this rank allocated (peak, held).
@@ -196,7 +201,7 @@ def tensor_parallel_worker(rank: int, world: int, work: Workload, model: str = "
         full, split = mlp(list(work.widths), seed, dtype), megatron_mlp
     elif model == "lenet":
         X, y = toy_images(work.batch_size, seed, dtype)
-        full, split = lenet_sequential(seed).to(dtype), channel_parallel_convs
+        full, split = lenet_sequential(seed).to(dtype), channel_parallel_lenet
     else:
         raise ValueError(f"model {model!r} is not known; use 'mlp' or 'lenet'")
     X, y = X.to(device), y.to(device)
