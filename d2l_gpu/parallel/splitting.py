@@ -132,7 +132,8 @@ def channel_split(net: nn.Sequential, X: torch.Tensor) -> dict:
     Every Conv2d (also inside a unit) is split by output channels: its output is all-gathered
     forward, its input's gradient all-reduced backward (lesson 10). Every (Linear, any, Linear)
     run of units is a Megatron pair, and every TransformerBlock is split the Megatron way: one
-    all-reduce forward and one backward per pair, per attention and per MLP (lessons 10, 13).
+    all-reduce forward and one backward per pair, per attention and per MLP, as the transformer
+    blocks are split by `tensor_parallel_block`. Shown in lesson 10.
     The input of `net` needs no gradient. Other units are replicated and exchange nothing."""
     from ..gpt import TransformerBlock
 
