@@ -17,12 +17,14 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from . import _checks
+from ._fs import replace_file
 from .devices import synchronize
 
 BACKWARD = "autograd::engine::evaluate_function"  # one event per gradient function run
@@ -75,12 +77,10 @@ def profile_step(step: Callable[[], object], path, *, device=None, warmup: int =
     finally:
         with quiet_stderr():
             prof.stop()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, path)  # all or nothing: a reader never sees half a trace
-    finally:
-        tmp.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
+        raw = Path(scratch) / "trace.json"  # the profiler writes only to a path
+        prof.export_chrome_trace(str(raw))
+        replace_file(path, lambda f: f.write(raw.read_bytes()))  # all or nothing, on disk
     return trace_events(path)
 
 
