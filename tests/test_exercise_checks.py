@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import linecache
 import pkgutil
 import re
 from pathlib import Path
@@ -74,8 +75,11 @@ def verdict(nb, case: Case, answer: Answer) -> str:
     namespace: dict = {"__name__": "__main__"}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        for src in sources:
-            exec(compile(TransformerManager().transform_cell(src), "<cell>", "exec"), namespace)  # noqa: S102
+        for i, src in enumerate(sources):
+            code = TransformerManager().transform_cell(src)
+            name = f"<cell {i}>"  # in linecache, as IPython keeps its cells: inspect finds them
+            linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+            exec(compile(code, name, "exec"), namespace)  # noqa: S102
     return out.getvalue()
 
 

@@ -238,3 +238,47 @@ def test_meters_measure_real_allocations():
     net(torch.ones(1, 10)).sum().backward()
     view = net.weight.detach()[:2]  # a view adds no storage
     assert footprint.tensor_bytes(net, view, a) == 2 * 110 * 4 + 1000 * 8  # params, grads, a
+
+
+KEEP_SHARD = '''
+def keep_gradient_shard(layer, flat_grad):
+    shard = torch.empty_like(layer.grad)
+    dist.reduce_scatter_tensor(shard, flat_grad)
+    layer.grad += shard
+'''
+ALL_REDUCE_THEN_SLICE = '''
+def keep_gradient_shard(layer, flat_grad):
+    total = flat_grad.clone()
+    dist.all_reduce(total)
+    size = layer.shard_size
+    layer.grad += total[layer.rank * size : (layer.rank + 1) * size]
+'''
+
+
+def test_a_gradient_shard_kept_by_a_students_function(adam_reference):
+    """Lesson 11's exercise 4 sends a student's ZeRO-2 `add_grad` to the ranks as source text.
+    The lesson's own version equals Adam and sends ZeRO-2's collectives; all-reducing and then
+    slicing gives the same numbers but all-reduces (the check's wrong answer)."""
+    right, wrong = (
+        run_workers(zero_stages_worker, 3, WORK, [2], source, backend="gloo", timeout=180)
+        for source in (KEEP_SHARD, ALL_REDUCE_THEN_SLICE)
+    )
+    L = len(WIDTHS) - 1
+    for rank in right:
+        assert max_diff(rank[0]["params"], adam_reference[0]) < 1e-11
+        assert rank[0]["calls"] == {"reduce_scatter": L, "all_gather": L}
+    for rank in wrong:
+        assert max_diff(rank[0]["params"], adam_reference[0]) < 1e-11
+        assert rank[0]["calls"] == {"all_reduce": L, "all_gather": L}
+
+
+@pytest.mark.parametrize(
+    "stage,source,error,words",
+    [
+        (1, KEEP_SHARD, ValueError, "stage 1 keeps the whole gradient"),
+        (2, "keep = 1", TypeError, "source text of a function"),
+    ],
+)
+def test_add_grad_refused_where_it_cannot_apply(stage, source, error, words):
+    with pytest.raises(error, match=words):
+        zero_worker(0, 1, WORK, stage, source)

@@ -96,10 +96,22 @@ def torch_tensor_parallel(rank, world, work) -> None:
     _group("torch_tensor_parallel_worker", rank, world)
 
 
-def zero(rank, world, work, stage) -> None:
-    """zero_worker's arguments: a ZeRO stage 0-3 and a batch that splits evenly over the ranks."""
+def zero(rank, world, work, stage, add_grad=None) -> None:
+    """zero_worker's arguments: a ZeRO stage 0-3 and a batch that splits evenly over the ranks;
+    `add_grad`, the source text of a function, only for stages 2 and 3."""
     _, _, batch_size = training("zero_worker", rank, world, work)
     zero_stage("zero_worker", stage)
+    if add_grad is not None:
+        if not isinstance(add_grad, str) or "def " not in add_grad:
+            raise TypeError(
+                "zero_worker: add_grad must be the source text of a function f(layer, flat_grad), "
+                f"e.g. inspect.getsource(f); got {add_grad!r:.60}"
+            )
+        if stage < 2:
+            raise ValueError(
+                f"zero_worker: add_grad replaces how stages 2 and 3 keep a gradient shard; "
+                f"stage {stage} keeps the whole gradient, so run stage 2 or 3 with it"
+            )
     even_batch(batch_size, world)
     _group("zero_worker", rank, world)
 

@@ -14,6 +14,17 @@ SENT = """    part = (k - 1) / k * P
     return {{0: 2 * part, 1: 2 * part, 2: 2 * part, 3: {stage3} * part}}[stage]
 """
 KEPT = "kept_by_every[every] = ..."
+SHARD_TODO = "    ...  # TODO: one collective"
+RUNS = ("rank_counts = [k for k in", "runs = {}  # number of ranks")
+REDUCE_SCATTER = """    shard = torch.empty_like(layer.grad)
+    dist.reduce_scatter_tensor(shard, flat_grad)
+    layer.grad += shard
+    #"""
+ALL_REDUCE = """    total = flat_grad.clone()
+    dist.all_reduce(total)
+    size = layer.shard_size
+    layer.grad += total[layer.rank * size : (layer.rank + 1) * size]
+    #"""
 
 CASES = [
     Case(
@@ -36,5 +47,12 @@ CASES = [
         right=Answer(replace=((KEPT, "kept_by_every[every] = {1: 3.0, 2: 1.5, 3: 1.0}[every]"),)),
         wrong=Answer(replace=((KEPT, "kept_by_every[every] = 33.1  # the plain net each time"),)),
         why="the plain net counted each time",
+    ),
+    Case(
+        cell="def keep_gradient_shard(",
+        context=SETUP + RUNS,
+        right=Answer(replace=((SHARD_TODO, REDUCE_SCATTER),)),
+        wrong=Answer(replace=((SHARD_TODO, ALL_REDUCE),)),
+        why="the whole gradient all-reduced, then sliced: the right numbers, twice the bytes",
     ),
 ]
