@@ -240,19 +240,19 @@ def test_meters_measure_real_allocations():
     assert footprint.tensor_bytes(net, view, a) == 2 * 110 * 4 + 1000 * 8  # params, grads, a
 
 
-KEEP_SHARD = '''
+KEEP_SHARD = """
 def keep_gradient_shard(layer, flat_grad):
     shard = torch.empty_like(layer.grad)
     dist.reduce_scatter_tensor(shard, flat_grad)
     layer.grad += shard
-'''
-ALL_REDUCE_THEN_SLICE = '''
+"""
+ALL_REDUCE_THEN_SLICE = """
 def keep_gradient_shard(layer, flat_grad):
     total = flat_grad.clone()
     dist.all_reduce(total)
     size = layer.shard_size
     layer.grad += total[layer.rank * size : (layer.rank + 1) * size]
-'''
+"""
 
 
 def test_a_gradient_shard_kept_by_a_students_function(adam_reference):
