@@ -72,6 +72,12 @@ class TrainConfig:
         "before one synchronisation (ddp, fsdp); BatchNorm then sees the smaller micro-batches",
         metavar="A",
     )
+    sync_bn: bool = flag(
+        False,
+        "BatchNorm statistics over the whole global batch, not each rank's part (SyncBatchNorm; "
+        "--strategy ddp on CUDA GPUs)",
+        action=argparse.BooleanOptionalAction,
+    )
     dtype: str = flag("float32", "", choices=list(DTYPES))
     timeout: float = flag(
         600.0,
@@ -88,7 +94,7 @@ class TrainConfig:
     # settings that define the job: a resumed job must have the checkpoint's
     MUST_MATCH = ("model", "batch_size", "lr", "limit", "seed", "data_dir", "dtype")
     # settings that may change on resume (said when they do): more epochs, another strategy
-    MAY_CHANGE = ("epochs", "strategy", "microbatches", "accumulate")
+    MAY_CHANGE = ("epochs", "strategy", "microbatches", "accumulate", "sync_bn")
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "limit", "microbatches", "accumulate"):
@@ -102,6 +108,15 @@ class TrainConfig:
         for name, allowed in (("model", MODELS), ("dtype", DTYPES), ("strategy", STRATEGIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} must be one of {', '.join(allowed)}")
+        if self.sync_bn and self.model == "lenet":
+            raise ValueError(
+                "--sync-bn: --model lenet has no BatchNorm, so it would change nothing"
+            )
+        if self.sync_bn and self.strategy != "ddp":
+            raise ValueError(
+                f"--sync-bn works with --strategy ddp, not {self.strategy}: SyncBatchNorm sums "
+                "statistics over the ranks that each hold a part of the batch and the whole model"
+            )
         if self.checkpoint and self.save and _same_file(self.checkpoint, self.save):
             raise ValueError(
                 f"--checkpoint and --save name the same file {self.save!r}: the final model "

@@ -17,7 +17,9 @@ class DDPStrategy(Strategy):
     name = "ddp"
 
     def wrap(self, net: nn.Module) -> nn.Module:
-        """DDP around `net`."""
+        """DDP around `net`; with --sync-bn its BatchNorm layers become SyncBatchNorm first."""
+        if self.cfg.sync_bn:  # each layer's mean and variance over every rank's part of a batch
+            net = nn.SyncBatchNorm.convert_sync_batchnorm(net)  # in place inside a container
         device = self.device
         return DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None
