@@ -75,6 +75,7 @@ _NAMES = {
     ],
     "gpt": ["TransformerBlock", "transformer"],
     "profiling": [
+        "ddp_scaling_worker",
         "ddp_trace_worker",
         "overlap_us",
         "plot_trace",

@@ -9,6 +9,7 @@ notebook. `ddp_trace_worker` profiles one DistributedDataParallel step: gloo run
 all-reduce on a thread of its own ("gloo:all_reduce"), so the trace shows the communication beside
 the backward pass. NCCL runs it as a kernel on a stream of its own; the worker then compares the
 NCCL kernels with the other kernels. That path is written for NCCL and ran only with gloo here.
+`ddp_scaling_worker` times a DDP step against the same step without DDP, for scaling curves.
 """
 
 from __future__ import annotations
@@ -214,3 +215,40 @@ def ddp_trace_worker(rank: int, world_size: int, bucket_cap_mb: float | None, pa
         "overlap_us": overlap_us(events, comm, compute),
         "comm_us": sum(b - a for a, b in spans(events, comm)),
     }
+
+
+def ddp_scaling_worker(rank: int, world_size: int, batch_per_rank: int = 64, repeat: int = 5):
+    """Median seconds of a DDP step of LeNet, and of the same step without DDP (lesson 8).
+
+    Each rank trains on `batch_per_rank` images of its own (weak scaling: k ranks do k times the
+    work of one) with one CPU thread, so that k ranks on a CPU ask for k cores."""
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    from .distributed import rank_device
+    from .models import LeNet
+    from .perf import measure
+
+    _checks.ranks("ddp_scaling_worker", rank, world_size)
+    _checks.whole("ddp_scaling_worker: batch_per_rank", batch_per_rank)
+    _checks.whole("ddp_scaling_worker: repeat", repeat)
+    torch.set_num_threads(1)
+    device = rank_device(rank)
+    generator = torch.Generator().manual_seed(rank)
+    X = torch.rand(batch_per_rank, 1, 28, 28, generator=generator).to(device)
+    y = torch.randint(0, 10, (batch_per_rank,), generator=generator).to(device)
+    times = {}
+    for name in ("alone", "ddp"):
+        net = LeNet(seed=0).to(device)
+        ids = [device] if device.type == "cuda" else None
+        model = DistributedDataParallel(net, device_ids=ids) if name == "ddp" else net
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+
+        def step(model=model, optimizer=optimizer):
+            optimizer.zero_grad()
+            F.cross_entropy(model(X), y).backward()
+            optimizer.step()
+
+        torch.distributed.barrier()  # every rank starts each measurement together
+        times[name] = measure(step, device=device, warmup=2, repeat=repeat)
+    return times

@@ -84,3 +84,15 @@ def test_one_bucket_cannot_overlap(ddp_runs):
     r = ddp_runs[None]
     assert r["all_reduces"] == 1 and r["launched_in_backward"] == 0
     assert r["overlap_us"] == 0.0
+
+
+def test_ddp_scaling_worker_times_both_steps():
+    """Lesson 8's scaling table: a DDP step and the same step alone, on every rank, in seconds."""
+    from d2l_gpu.profiling import ddp_scaling_worker
+    from d2l_gpu.workers import run_workers
+
+    out = run_workers(ddp_scaling_worker, 2, 8, 2, timeout=120)
+    assert [set(r) for r in out] == [{"alone", "ddp"}] * 2
+    assert all(0 < t < 10 for r in out for t in r.values())
+    with pytest.raises(ValueError, match="batch_per_rank"):
+        ddp_scaling_worker(0, 1, 0)
