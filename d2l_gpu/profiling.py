@@ -166,6 +166,13 @@ def gradient_op(event: dict) -> bool:
     return event["name"].startswith(BACKWARD) and ACCUMULATE not in event["name"]
 
 
+def _rank_batch(rank: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """n random LeNet-shaped images and labels of rank `rank`'s own (its shard of a batch)."""
+    generator = torch.Generator().manual_seed(rank)
+    X = torch.rand(n, 1, 28, 28, generator=generator).to(device)
+    return X, torch.randint(0, 10, (n,), generator=generator).to(device)
+
+
 def ddp_trace_worker(rank: int, world_size: int, bucket_cap_mb: float | None, path: str) -> dict:
     """One DDP step of LeNet, profiled on rank 0 (its trace saved to `path`): what overlapped."""
     import gc
@@ -184,9 +191,7 @@ def ddp_trace_worker(rank: int, world_size: int, bucket_cap_mb: float | None, pa
     ddp = DistributedDataParallel(
         net, bucket_cap_mb=bucket_cap_mb, device_ids=[device] if device.type == "cuda" else None
     )
-    generator = torch.Generator().manual_seed(rank)  # each rank its own shard of a batch
-    X = torch.rand(64, 1, 28, 28, generator=generator).to(device)
-    y = torch.randint(0, 10, (64,), generator=generator).to(device)
+    X, y = _rank_batch(rank, 64, device)
 
     def step(model=ddp):
         net.zero_grad()
@@ -234,9 +239,7 @@ def ddp_scaling_worker(rank: int, world_size: int, batch_per_rank: int = 64, rep
     _checks.whole("ddp_scaling_worker: repeat", repeat)
     torch.set_num_threads(1)
     device = rank_device(rank)
-    generator = torch.Generator().manual_seed(rank)
-    X = torch.rand(batch_per_rank, 1, 28, 28, generator=generator).to(device)
-    y = torch.randint(0, 10, (batch_per_rank,), generator=generator).to(device)
+    X, y = _rank_batch(rank, batch_per_rank, device)
     times = {}
     for name in ("alone", "ddp"):
         net = LeNet(seed=0).to(device)
