@@ -68,8 +68,13 @@ def full_tensor(t):
     call it); anything that is not a tensor comes back as it is. Lessons 7 and 11."""
     if not isinstance(t, torch.Tensor):
         return t
-    whole = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return whole.detach().cpu().clone()
+    if hasattr(t, "full_tensor"):
+        from torch.distributed.tensor import Replicate  # noqa: PLC0415 - only for DTensors
+
+        for dim in range(len(t.placements)):  # one mesh dimension at a time: one gather each
+            t = t.redistribute(placements=[Replicate()] * (dim + 1) + list(t.placements[dim + 1 :]))
+        t = t.to_local()
+    return t.detach().cpu().clone()
 
 
 def _store_bound_to(host: str, port: int, world: int, timeout: timedelta):

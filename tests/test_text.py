@@ -33,6 +33,17 @@ def test_a_batch_is_seeded_windows_and_their_next_characters():
     assert not torch.equal(other[0], X)  # the negative control: the seed matters
 
 
+def test_the_training_script_cuts_the_text_into_windows_that_do_not_overlap():
+    from d2l_gpu.data.text import char_windows
+
+    X, y, X_test, y_test = char_windows(torch.arange(42), 10, test_share=0.25)
+    assert X.shape == y.shape == (3, 10) and X_test.shape == y_test.shape == (1, 10)
+    assert torch.equal(torch.cat([X, X_test]).flatten(), torch.arange(40))  # each token once
+    assert torch.equal(torch.cat([y, y_test]).flatten(), torch.arange(1, 41))  # the next ones
+    with pytest.raises(ValueError, match="more than 10 tokens"):
+        char_windows(torch.arange(10), 10)
+
+
 def test_tensor_parallel_on_the_text_equals_one_device():
     work = workload.TransformerWorkload(text=True, vocab=96, seq_len=16, steps=2)
     X, y = work.data()

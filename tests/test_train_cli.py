@@ -106,13 +106,18 @@ def test_shards_cover_each_global_batch_once():
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--model", "lenet"], "--model lenet has no BatchNorm"),
-        (["--model", "resnet18", "--strategy", "fsdp"], "--sync-bn works with --strategy ddp"),
+        (["--model", "lenet", "--sync-bn"], "--model lenet has no BatchNorm"),
+        (["--model", "transformer", "--sync-bn"], "--model transformer has no BatchNorm"),
+        (["--model", "resnet18", "--strategy", "fsdp", "--sync-bn"],
+         "--sync-bn works with --strategy ddp"),
+        (["--model", "transformer", "--data-dir", "."], "reads Python's own help text"),
+        (["--strategy", "fsdp-tp"], "--model lenet has none: use --model transformer"),
+        (["--model", "transformer", "--tp", "0"], "--tp must be a positive integer"),
     ],
-)
-def test_sync_bn_refused_where_it_means_nothing(extra, message, capsys):
+)  # fmt: skip
+def test_flags_that_mean_nothing_for_the_model_refused(extra, message, capsys):
     with pytest.raises(SystemExit) as stop:
-        train.parse_args([*extra, "--sync-bn"])
+        train.parse_args(extra)
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 

@@ -1,6 +1,7 @@
-"""`--strategy ddp|fsdp|pipeline`: each equals one process, each resumes a killed rank to the
-uninterrupted result, each resumes the others' checkpoints and at another world size (elastic),
-and bad combinations are refused.
+"""`--strategy ddp|fsdp|pipeline|fsdp-tp`: each equals one process, each resumes a killed rank to
+the uninterrupted result, each resumes the others' checkpoints and at another world size
+(elastic), and bad combinations are refused. The same for `--model transformer`, which the 2-D
+strategy (fsdp-tp: heads split over --tp ranks, FSDP over the rest) trains on 2 and 4 ranks.
 
 Exactness is checked in float64 (--dtype float64), where 16 steps of rounding stay near 1e-16:
 a difference above 1e-12 can only be a bug (a wrong shard, a missing micro-batch, a gradient
@@ -23,8 +24,21 @@ from train_launch import (
 )
 
 from d2l_gpu import train
+from d2l_gpu.parallel.transformer_parallel import group_qkv
 
 PARALLEL = ["fsdp", "pipeline"]  # ddp: tests/test_train_ranks.py
+# 64 windows of 64 characters, 4 steps an epoch: 8 steps of the transformer in float64
+TEXT = ["--model", "transformer", "--epochs", "2", "--batch-size", "16", "--lr", "0.5"]
+TEXT += ["--seed", "3", "--limit", "64", "--dtype", "float64"]
+
+
+@pytest.fixture(scope="module")
+def one_transformer(job_env, tmp_path_factory) -> dict:
+    """Final parameters of the float64 transformer job in one process (this interpreter)."""
+    cwd = tmp_path_factory.mktemp("one-transformer")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        run_here([*TEXT, "--save", "final.pt"], job_env, cwd, monkeypatch)
+    return load(cwd / "final.pt")
 
 
 @pytest.mark.slow
@@ -78,6 +92,10 @@ def test_a_checkpoint_resumes_under_another_strategy(lone, tmp_path, capsys, fir
         (10, ["--strategy", "pipeline", "--model", "resnet18"], "at most 9 stages"),
         (1, ["--strategy", "pipeline", "--microbatches", "5"], "does not split into "
                                                                "--microbatches 5"),
+        (4, ["--model", "transformer", "--strategy", "fsdp-tp", "--tp", "3"],
+         "--tp 3 does not divide the world size 4"),
+        (8, ["--model", "transformer", "--strategy", "fsdp-tp", "--tp", "8"],
+         "--tp 8 ranks cannot share the 4 attention heads and 256 MLP units"),
     ],
 )  # fmt: skip
 def test_bad_combinations_refused_with_a_sentence(lone, monkeypatch, capsys, world, extra, message):
@@ -89,8 +107,8 @@ def test_bad_combinations_refused_with_a_sentence(lone, monkeypatch, capsys, wor
 
 def test_old_pytorch_refused_with_the_version_needed(lone, monkeypatch, capsys):
     monkeypatch.setattr("torch.__version__", "2.4.1")
-    for strategy in ("fsdp", "pipeline"):
-        assert train.main([*ARGS, "--strategy", strategy]) == 2
+    for strategy in ("fsdp", "pipeline", "fsdp-tp"):
+        assert train.main([*ARGS, "--model", "transformer", "--strategy", strategy]) == 2
         assert "needs PyTorch 2.6 or newer; this is 2.4.1" in capsys.readouterr().err
 
 
@@ -115,3 +133,58 @@ def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
     assert load(tmp_path / "ckpt.pt")["world_size"] == before
     _job(after, job_env, tmp_path, extra, monkeypatch)
     assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", PARALLEL)  # ddp: the step proven on lenet, in test_train_ranks
+def test_the_transformer_on_two_ranks_equals_one_process(
+    job_env, tmp_path, one_transformer, strategy
+):
+    cmd, env = torchrun(2, job_env, tmp_path)
+    extra = ["--strategy", strategy, "--save", "final.pt"]
+    _, out = run([*cmd, *SCRIPT, *TEXT, *extra], env, tmp_path)
+    assert f"transformer: world size 2 (gloo, cpu, {strategy})" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), one_transformer) < 1e-12
+
+
+@pytest.mark.slow
+def test_a_2x2_mesh_equals_one_process(job_env, tmp_path, one_transformer):
+    """4 ranks as 2 rows of 2 (--tp 2): the heads split in two, FSDP over the rows."""
+    cmd, env = torchrun(4, job_env, tmp_path)
+    extra = ["--strategy", "fsdp-tp", "--tp", "2", "--save", "final.pt"]
+    _, out = run([*cmd, *SCRIPT, *TEXT, *extra], env, tmp_path)
+    assert "world size 4 (gloo, cpu, fsdp-tp)" in out and "global batch 16 = 2 x 8" in out, out
+    final = load(tmp_path / "final.pt")
+    assert max_diff(final, one_transformer) < 1e-12
+    # negative control: qkv's rows as the split blocks keep them (grouped by rank) differ
+    kept = {k: group_qkv(v, 2) if ".qkv." in k else v for k, v in final.items()}
+    assert max_diff(kept, one_transformer) > 1e-3
+
+
+@pytest.mark.slow
+def test_a_checkpoint_resumes_on_a_2d_mesh(job_env, tmp_path, one_transformer, monkeypatch):
+    """Epoch 1 in one process, epoch 2 on 2 ranks splitting the heads in two, each rank's part
+    in 2 micro-batches: the checkpoint keeps qkv in the model's order, the mesh regroups it for
+    its ranks, and FSDP's gradient sync waits for the last micro-batch."""
+    extra = ["--strategy", "fsdp-tp", "--checkpoint", "ckpt.pt", "--save", "final.pt"]
+    run_here([*TEXT, *extra, "--tp", "1", "--epochs", "1"], job_env, tmp_path, monkeypatch)
+    cmd, env = torchrun(2, job_env, tmp_path)
+    _, out = run([*cmd, *SCRIPT, *TEXT, *extra, "--tp", "2", "--accumulate", "2"], env, tmp_path)
+    assert "continuing with --tp 2 (the checkpoint's job had 1)" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), one_transformer) < 1e-12
+
+
+@pytest.mark.parametrize(("first", "then"), [("ddp", "fsdp-tp"), ("fsdp-tp", "pipeline")])
+def test_a_transformer_checkpoint_resumes_under_another_strategy(
+    lone, tmp_path, capsys, first, then
+):
+    small = [*TEXT, "--limit", "32", "--tp", "1"]
+    assert train.main([*small, "--save", str(tmp_path / "straight.pt")]) == 0
+    ckpt = str(tmp_path / "ckpt.pt")
+    assert train.main([*small, "--epochs", "1", "--strategy", first, "--checkpoint", ckpt]) == 0
+    capsys.readouterr()
+    final = str(tmp_path / "final.pt")
+    assert train.main([*small, "--strategy", then, "--checkpoint", ckpt, "--save", final]) == 0
+    out = capsys.readouterr().out
+    assert f"continuing with --strategy {then} (the checkpoint's job had {first})" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), load(tmp_path / "straight.pt")) < 1e-12

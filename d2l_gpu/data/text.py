@@ -54,3 +54,23 @@ def text_batch(
     starts = torch.randint(len(tokens) - seq_len, (batch_size,), generator=generator)
     windows = torch.stack([tokens[s : s + seq_len + 1] for s in starts.tolist()])
     return windows[:, :-1], windows[:, 1:]
+
+
+def char_windows(
+    tokens: torch.Tensor, seq_len: int, test_share: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`tokens` cut into windows of `seq_len` + 1 that do not overlap: inputs and next tokens of
+    the first windows for training, of the last `test_share` for testing (the training script's
+    --model transformer, lesson 7)."""
+    _checks.whole("char_windows: seq_len", seq_len)
+    n = (len(tokens) - 1) // seq_len  # window i: tokens i*seq_len ... (i+1)*seq_len, inclusive
+    n_test = int(n * test_share)
+    if tokens.dim() != 1 or n - n_test < 1 or not 0 <= test_share < 1:
+        raise ValueError(
+            f"char_windows: need one sequence of more than {seq_len} tokens and 0 <= test_share "
+            f"< 1, got shape {tuple(tokens.shape)} and test_share={test_share}"
+        )
+    starts = torch.arange(n) * seq_len
+    windows = tokens[starts[:, None] + torch.arange(seq_len + 1)]
+    X, y = windows[:, :-1], windows[:, 1:]
+    return X[: n - n_test], y[: n - n_test], X[n - n_test :], y[n - n_test :]

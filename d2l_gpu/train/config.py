@@ -1,5 +1,5 @@
 """The typed settings of a training job (lesson 7): `TrainConfig`, whose fields are also the
-script's flags, and `Placement`, where one process of the job runs.
+script's flags, and `Placement`, where one process of the job runs; the models --model names.
 
 Each field is written once: its type, default and help text (`field(metadata=...)`) make both the
 frozen dataclass and its `--flag`; `parse_args` builds the parser from the fields.
@@ -13,14 +13,28 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from ..data.text import CHARS
+from ..gpt import transformer
 from ..models import LeNet, resnet18
 
 __all__ = ["MODELS", "STRATEGIES", "Placement", "TrainConfig", "TrainError", "parse_args"]
 
-MODELS = {"lenet": LeNet, "resnet18": resnet18}  # what --model names, built by build_model
+SEQ_LEN = 64  # characters per example of --model transformer (and 64 next characters to predict)
+
+
+def char_transformer(seed: int = 0) -> nn.Sequential:
+    """--model transformer: lesson 13's decoder over the 96 characters of `data.text`, two
+    blocks of width 64 and four heads (about 110 thousand parameters)."""
+    return transformer(vocab=len(CHARS), d_model=64, num_heads=4, num_layers=2, seed=seed)
+
+
+MODELS = {"lenet": LeNet, "resnet18": resnet18, "transformer": char_transformer}  # build_model
+TEXT_MODELS = ("transformer",)  # trained on Python's help text, not Fashion-MNIST
+BATCHNORM_MODELS = ("resnet18",)  # what --sync-bn changes
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-STRATEGIES = ("ddp", "fsdp", "pipeline")  # the classes: d2l_gpu.train.strategies.STRATEGY_CLASSES
+STRATEGIES = ("ddp", "fsdp", "pipeline", "fsdp-tp")  # classes: strategies.STRATEGY_CLASSES
 
 
 class TrainError(ValueError):
@@ -56,13 +70,17 @@ class TrainConfig:
     seed: int = flag(0, "init and shuffling seed", metavar="S")
     checkpoint: str | None = flag(None, "resume from / save to after each epoch", metavar="PATH")
     save: str | None = flag(None, "write the final model state_dict here", metavar="PATH")
-    data_dir: str | None = flag(None, "Fashion-MNIST folder (else D2L_GPU_DATA)", metavar="DIR")
+    data_dir: str | None = flag(
+        None, "Fashion-MNIST folder (else D2L_GPU_DATA); not for --model transformer", metavar="DIR"
+    )
     backend: str = flag("auto", "", choices=["auto", "nccl", "gloo"])
     strategy: str = flag(
         "ddp",
-        "ddp: whole model per rank; fsdp: sharded; pipeline: layers cut",
+        "ddp: whole model per rank; fsdp: sharded; pipeline: layers cut; fsdp-tp: --model "
+        "transformer on a 2-D mesh, heads split over --tp ranks, sharded over the rest",
         choices=list(STRATEGIES),
     )
+    tp: int = flag(2, "ranks that split each block's heads for --strategy fsdp-tp", metavar="T")
     microbatches: int = flag(
         4, "micro-batches per global batch for --strategy pipeline", metavar="M"
     )
@@ -94,10 +112,10 @@ class TrainConfig:
     # settings that define the job: a resumed job must have the checkpoint's
     MUST_MATCH = ("model", "batch_size", "lr", "limit", "seed", "data_dir", "dtype")
     # settings that may change on resume (said when they do): more epochs, another strategy
-    MAY_CHANGE = ("epochs", "strategy", "microbatches", "accumulate", "sync_bn")
+    MAY_CHANGE = ("epochs", "strategy", "microbatches", "accumulate", "sync_bn", "tp")
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size", "limit", "microbatches", "accumulate"):
+        for name in ("epochs", "batch_size", "limit", "microbatches", "accumulate", "tp"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")
@@ -108,9 +126,19 @@ class TrainConfig:
         for name, allowed in (("model", MODELS), ("dtype", DTYPES), ("strategy", STRATEGIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} must be one of {', '.join(allowed)}")
-        if self.sync_bn and self.model == "lenet":
+        if self.sync_bn and self.model not in BATCHNORM_MODELS:
             raise ValueError(
-                "--sync-bn: --model lenet has no BatchNorm, so it would change nothing"
+                f"--sync-bn: --model {self.model} has no BatchNorm, so it would change nothing"
+            )
+        if self.data_dir is not None and self.model in TEXT_MODELS:
+            raise ValueError(
+                f"--data-dir names the Fashion-MNIST folder, and --model {self.model} reads "
+                "Python's own help text (shipped with Python): leave out --data-dir"
+            )
+        if self.strategy == "fsdp-tp" and self.model not in TEXT_MODELS:
+            raise ValueError(
+                f"--strategy fsdp-tp splits a transformer's attention heads and MLP; --model "
+                f"{self.model} has none: use --model transformer, or --strategy ddp or fsdp"
             )
         if self.sync_bn and self.strategy != "ddp":
             raise ValueError(
@@ -168,7 +196,9 @@ def _argument(f) -> dict:
 def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
     """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input)."""
     p = argparse.ArgumentParser(
-        prog=prog, description="Train on Fashion-MNIST on one process or many (under torchrun)."
+        prog=prog,
+        description="Train on Fashion-MNIST, or a character transformer on Python's help text, "
+        "on one process or many (under torchrun).",
     )
     for f in fields(TrainConfig):
         p.add_argument(f"--{_flag(f.name)}", **_argument(f))

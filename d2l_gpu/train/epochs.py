@@ -1,5 +1,9 @@
 """One epoch of the training script (lesson 7): the global batches of a seeded permutation, each
-rank's shard of them, the training steps and the evaluation, over any strategy."""
+rank's shard of them, the training steps and the evaluation, over any strategy.
+
+An example is an image and its class, or (--model transformer) a window of characters and the
+next character at each place; `mean_loss` and `correct` score both alike, so that the training
+step of every strategy is written once (strategies/base.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from tqdm import tqdm
 
 from .config import TrainError
 from .strategies import Strategy
+from .strategies.base import correct
 
 __all__ = ["check_sizes", "evaluate", "shard_indices", "train_epoch"]
 
@@ -55,7 +60,10 @@ class _Bar(tqdm):
 
 
 def _batch(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype):
-    """Images idx of X as (B,1,28,28) floats in [0,1], with their labels."""
+    """Examples idx: images (B,1,28,28) as floats in [0,1] with their labels, or windows of
+    token ids (X of two dimensions) with their next tokens, as they are."""
+    if X.dim() == 2:
+        return X[idx], y[idx]
     return X[idx].unsqueeze(1).to(dtype).div_(255), y[idx]
 
 
@@ -64,8 +72,9 @@ def train_epoch(strategy: Strategy, X, y, epoch: int) -> torch.Tensor:
     yet summed over ranks)."""
     cfg, rank = strategy.cfg, strategy.rank
     metric = torch.zeros(3, dtype=torch.float64, device=X.device)
-    shard_rank, shard_world = (rank, strategy.world) if strategy.splits_data else (0, 1)
-    shards = shard_indices(len(y), cfg.batch_size, epoch, cfg.seed, shard_rank, shard_world)
+    shards = shard_indices(
+        len(y), cfg.batch_size, epoch, cfg.seed, strategy.data_rank, strategy.data_world
+    )
     quiet = rank != 0 or (None if cfg.progress is None else not cfg.progress)
     bar = _Bar(total=len(shards), desc=f"epoch {epoch + 1}", unit="step", leave=False,
                disable=quiet, file=sys.stderr)  # fmt: skip
@@ -78,7 +87,7 @@ def train_epoch(strategy: Strategy, X, y, epoch: int) -> torch.Tensor:
                 metric[1] += correct
                 metric[2] += count
             bar.update()
-    return metric
+    return metric if strategy.reports else metric.zero_()
 
 
 def evaluate(strategy: Strategy, X, y) -> torch.Tensor:
@@ -88,11 +97,10 @@ def evaluate(strategy: Strategy, X, y) -> torch.Tensor:
     with torch.no_grad():
         strategy.net.eval()
         for chunk in torch.arange(len(y), device=X.device).split(strategy.cfg.batch_size):
-            mine = chunk[strategy.rank :: strategy.world] if strategy.splits_data else chunk
-            Xb, yb = _batch(X, y, mine, strategy.dtype)
+            Xb, yb = _batch(X, y, chunk[strategy.data_rank :: strategy.data_world], strategy.dtype)
             y_hat = strategy.predict(Xb)  # collective for some strategies: every rank calls it
             if y_hat is not None:
-                metric[0] += (y_hat.argmax(1) == yb).sum()
+                metric[0] += correct(y_hat, yb)
                 metric[1] += len(yb)
         strategy.net.train()
-    return metric
+    return metric if strategy.reports else metric.zero_()

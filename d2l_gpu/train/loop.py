@@ -1,4 +1,5 @@
-"""Train LeNet or ResNet-18 on Fashion-MNIST on one process or many (lesson 7).
+"""Train LeNet or ResNet-18 on Fashion-MNIST, or a small character transformer on Python's own
+help text, on one process or many (lesson 7).
 
     python -m d2l_gpu.train --model lenet --epochs 10    # one process, no launcher needed
     python -m d2l_gpu.torchrun --nproc-per-node 2 -m d2l_gpu.train --strategy fsdp
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..data.fashion_mnist import DataError, fashion_mnist_dir, read_fashion_mnist
+from ..data.text import char_windows, encode, python_help_text
 from ..distributed import device_and_backend, join_group, leave_group, lost_contact
 from ..stopping import (
     DONE,
@@ -38,7 +40,7 @@ from ..stopping import (
     stop_restarts,
 )
 from .checkpoint import CheckpointError, resume, save_atomic, save_checkpoint, set_rng_state
-from .config import DTYPES, Placement, TrainConfig, TrainError, parse_args
+from .config import DTYPES, SEQ_LEN, TEXT_MODELS, Placement, TrainConfig, TrainError, parse_args
 from .epochs import check_sizes, evaluate, shard_indices, train_epoch
 from .strategies import make_strategy, strategy_class
 from .strategies.base import build_model
@@ -101,10 +103,11 @@ def _run(cfg: TrainConfig, data, where: Placement, backend: str) -> None:
     if ckpt is not None:
         strategy.load_optimizer_state(ckpt["optimizer_state"])
     del ckpt
-    if strategy.splits_data:
-        split = f"{world} x {cfg.batch_size // world}"
-    else:
+    if cfg.strategy == "pipeline":
         split = f"{cfg.microbatches} micro-batches of {cfg.batch_size // cfg.microbatches}"
+    else:
+        parts = strategy.data_world
+        split = f"{parts} x {cfg.batch_size // parts}"
     _log(
         rank,
         f"{cfg.model}: world size {world} ({backend}, {device.type}, {cfg.strategy}), "
@@ -126,21 +129,30 @@ def _run(cfg: TrainConfig, data, where: Placement, backend: str) -> None:
     dist.barrier()  # nobody leaves while another rank may still need it
 
 
+def read_data(cfg: TrainConfig) -> tuple[TrainConfig, tuple]:
+    """The job's (X, y, X_test, y_test), each cut to --limit examples, and its settings with the
+    data folder it read (which a checkpoint records): Fashion-MNIST's images and labels, or for
+    --model transformer windows of SEQ_LEN characters of Python's help text and the next ones."""
+    n = cfg.limit
+    if cfg.model in TEXT_MODELS:
+        return cfg, tuple(t[:n] for t in char_windows(encode(python_help_text()), SEQ_LEN))
+    folder = fashion_mnist_dir(cfg.data_dir)
+    raw = read_fashion_mnist(folder)
+    data = tuple(
+        raw[f"{split}_{kind}"][:n] for split in ("train", "test") for kind in ("images", "labels")
+    )
+    return replace(cfg, data_dir=str(folder.resolve())), data
+
+
 def train(cfg: TrainConfig) -> None:
     """Run the job `cfg` on this rank: check it, join the group, train, always leave the group."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    folder = fashion_mnist_dir(cfg.data_dir)
-    cfg = replace(cfg, data_dir=str(folder.resolve()))  # the checkpoint records where
-    raw = read_fashion_mnist(folder)
-    n = cfg.limit
-    data = tuple(
-        raw[f"{split}_{kind}"][:n] for split in ("train", "test") for kind in ("images", "labels")
-    )
+    cfg, data = read_data(cfg)
     kind = strategy_class(cfg.strategy)
     kind.check(cfg, world)  # before joining the group: every rank fails alike, none waits
-    check_sizes(cfg.batch_size, world if kind.splits_data else 1, len(data[1]), cfg.accumulate)
+    check_sizes(cfg.batch_size, kind.data_parallel_size(cfg, world), len(data[1]), cfg.accumulate)
     try:
         device, backend = device_and_backend(local_rank, local_world, cfg.backend)
     except ValueError as e:  # --backend nccl without a GPU per rank

@@ -4,6 +4,8 @@
 * ``fsdp``: parameters, gradients and optimizer state sharded over the ranks (FSDP2).
 * ``pipeline``: the model cut into one stage of consecutive layers per rank, micro-batches
   flowing through (``torch.distributed.pipelining``, the GPipe schedule).
+* ``fsdp-tp``: --model transformer on a 2-D mesh, attention heads and MLP split over --tp ranks
+  (tensor parallelism), sharded over the rest (FSDP2).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from ..config import STRATEGIES, Placement, TrainConfig
 from .base import Strategy
 from .ddp import DDPStrategy
 from .fsdp import FSDPStrategy
+from .fsdp_tp import FSDPTPStrategy
 from .pipeline import PipelineStrategy
 
 __all__ = ["STRATEGY_CLASSES", "Strategy", "make_strategy", "strategy_class"]
 
 STRATEGY_CLASSES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (DDPStrategy, FSDPStrategy, PipelineStrategy)
+    cls.name: cls for cls in (DDPStrategy, FSDPStrategy, PipelineStrategy, FSDPTPStrategy)
 }
 if tuple(STRATEGY_CLASSES) != STRATEGIES:
     raise ImportError(
@@ -27,7 +30,7 @@ if tuple(STRATEGY_CLASSES) != STRATEGIES:
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    """The class of strategy `name` ('ddp', 'fsdp' or 'pipeline')."""
+    """The class of strategy `name` ('ddp', 'fsdp', 'pipeline' or 'fsdp-tp')."""
     return STRATEGY_CLASSES[name]
 
 

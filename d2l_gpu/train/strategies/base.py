@@ -23,13 +23,25 @@ from ...distributed import full_tensor, torch_version
 from ...models import init_every_layer
 from ..config import DTYPES, MODELS, Placement, TrainConfig, TrainError
 
-__all__ = ["Strategy", "build_model", "like", "needs_torch", "oriented"]
+__all__ = ["Strategy", "build_model", "correct", "like", "mean_loss", "needs_torch", "oriented"]
+
+
+def mean_loss(y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy averaged over every prediction: one class per image, or one next character
+    per place of a window (logits [B, T, V], targets [B, T])."""
+    return F.cross_entropy(y_hat.flatten(0, -2), y.flatten())
+
+
+def correct(y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """How many examples were predicted right; a window counts the share of its characters."""
+    right = (y_hat.argmax(-1) == y).to(y_hat.dtype)
+    return right.flatten(1).mean(1).sum() if y.dim() > 1 else right.sum()
 
 
 def build_model(name: str, seed: int, device: torch.device, dtype=torch.float32) -> nn.Module:
-    """A freshly initialised 'lenet' or 'resnet18' on `device`, the same on every rank."""
+    """A freshly initialised --model `name` on `device`, the same on every rank."""
     torch.manual_seed(seed)
-    net = MODELS[name](seed) if name == "lenet" else init_every_layer(MODELS[name]())
+    net = init_every_layer(MODELS[name]()) if name == "resnet18" else MODELS[name](seed)
     return net.to(device=device, dtype=dtype)  # shapes found on the CPU, then moved
 
 
@@ -45,7 +57,6 @@ class Strategy(ABC):
     """What every strategy offers the training loop; subclasses say how the model is wrapped."""
 
     name: str  # the --strategy value
-    splits_data = True  # each rank trains on its own slice of every global batch
     sharded = False  # True where gathering the full state needs every rank
 
     @staticmethod
@@ -53,9 +64,17 @@ class Strategy(ABC):
         """Raise TrainError if this strategy cannot run job `cfg` on `world` ranks."""
         return  # a strategy that any world size can run
 
+    @staticmethod
+    def data_parallel_size(cfg: TrainConfig, world: int) -> int:
+        """Into how many parts each global batch is cut (one per group of ranks that share one)."""
+        return world  # data parallelism: each rank trains on its own slice of every global batch
+
     def __init__(self, net: nn.Module, cfg: TrainConfig, where: Placement):
         self.net, self.cfg = net, cfg
         self.rank, self.world, self.device = where.rank, where.world, where.device
+        # which part of every global batch this rank trains on, and of how many; whether the
+        # figures of its part count (False where another rank reports the same part)
+        self.data_rank, self.data_world, self.reports = self.rank, self.world, True
         self.model = self.wrap(net)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
 
@@ -79,29 +98,29 @@ class Strategy(ABC):
         if self.cfg.accumulate > 1:
             return self.accumulated_step(X, y)
         y_hat = self.model(X)
-        loss = F.cross_entropy(y_hat, y)  # mean over this rank's shard; gradients averaged
+        loss = mean_loss(y_hat, y)  # mean over this rank's shard; gradients averaged
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradient buckets while backward is still running
         self.optimizer.step()
-        return loss.detach() * len(y), (y_hat.argmax(1) == y).sum(), len(y)
+        return loss.detach() * len(y), correct(y_hat, y), len(y)
 
     def accumulated_step(self, X: torch.Tensor, y: torch.Tensor):
         """One SGD step on this rank's shard cut into --accumulate micro-batches: the gradients
         of each add up locally, and only the last backward synchronises them across ranks."""
         self.optimizer.zero_grad(set_to_none=True)
         parts = list(zip(X.chunk(self.cfg.accumulate), y.chunk(self.cfg.accumulate), strict=True))
-        loss_sum, correct = torch.zeros((), device=X.device, dtype=X.dtype), 0
+        loss_sum, right = torch.zeros((), device=X.device, dtype=self.dtype), 0
         for i, (Xm, ym) in enumerate(parts):
             last = i == len(parts) - 1
             with contextlib.nullcontext() if last else self.no_sync():
                 y_hat = self.model(Xm)
                 # the micro-batch's share of the shard's mean loss: the gradients add up to it
-                loss = F.cross_entropy(y_hat, ym) * (len(ym) / len(y))
+                loss = mean_loss(y_hat, ym) * (len(ym) / len(y))
                 loss.backward()
             loss_sum = loss_sum + loss.detach() * len(y)
-            correct = correct + (y_hat.argmax(1) == ym).sum()
+            right = right + correct(y_hat, ym)
         self.optimizer.step()
-        return loss_sum, correct, len(y)
+        return loss_sum, right, len(y)
 
     def no_sync(self) -> contextlib.AbstractContextManager:
         """A context in which backward keeps gradients local (no all-reduce); see subclasses."""

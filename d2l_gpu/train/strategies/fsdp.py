@@ -6,15 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import warnings
 
 import torch
 from torch import nn
 
+from ...gpt import TransformerBlock
 from ...models import Residual
 from ..config import TrainConfig
 from .base import Strategy, needs_torch
 
 __all__ = ["FSDPStrategy"]
+
+
+def quiet_view_warning() -> None:
+    """Silence FSDP2's warning that a module returned a view (the transformer's logits are one,
+    a reshape of the output layer's): changing such a view in place would skip FSDP's backward
+    hook, and nothing in the training script changes the logits in place."""
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
 
 class FSDPStrategy(Strategy):
@@ -28,12 +37,13 @@ class FSDPStrategy(Strategy):
         needs_torch(2, 6, "--strategy fsdp (torch.distributed.fsdp.fully_shard)")
 
     def wrap(self, net: nn.Module) -> nn.Module:
-        """Shard each residual block (ResNet-18) and the whole model, in place."""
+        """Shard each residual block (ResNet-18) or transformer block, and the whole model."""
         fully_shard = importlib.import_module("torch.distributed.fsdp").fully_shard
         mesh_module = importlib.import_module("torch.distributed.device_mesh")
         self.mesh = mesh_module.init_device_mesh(self.device.type, (self.world,))
+        quiet_view_warning()
         for module in net.modules():
-            if isinstance(module, Residual):
+            if isinstance(module, Residual | TransformerBlock):
                 fully_shard(module, mesh=self.mesh)
         return fully_shard(net, mesh=self.mesh)
 

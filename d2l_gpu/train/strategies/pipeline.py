@@ -17,12 +17,11 @@ import inspect
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn import functional as F
 
 from ...distributed import full_tensor
 from ...models import LeNet, lenet_blocks
 from ..config import MODELS, Placement, TrainConfig, TrainError
-from .base import Strategy, named_optimizer_state, needs_torch, oriented
+from .base import Strategy, correct, mean_loss, named_optimizer_state, needs_torch, oriented
 
 __all__ = ["PipelineStrategy", "cut", "layers"]
 
@@ -53,8 +52,11 @@ class PipelineStrategy(Strategy):
     """A pipeline of stages, one per rank, fed with micro-batches (GPipe schedule)."""
 
     name = "pipeline"
-    splits_data = False  # every rank sees the whole global batch (only the ends use it)
     sharded = True
+
+    @staticmethod
+    def data_parallel_size(cfg: TrainConfig, world: int) -> int:
+        return 1  # every rank sees the whole global batch (only the ends use it)
 
     @staticmethod
     def check(cfg: TrainConfig, world: int) -> None:
@@ -80,6 +82,7 @@ class PipelineStrategy(Strategy):
 
     def __init__(self, net: nn.Module, cfg: TrainConfig, where: Placement):
         super().__init__(net, cfg, where)  # wrap() below cuts this rank's stage
+        self.data_rank, self.data_world = 0, 1
         pipelining = importlib.import_module("torch.distributed.pipelining")
         self._batch_size = cfg.batch_size
         stage = pipelining.PipelineStage(self.model, self.rank, self.world, self.device)
@@ -99,7 +102,7 @@ class PipelineStrategy(Strategy):
 
     def _loss(self, y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """A micro-batch's share of the batch mean: summed over micro-batches it is the mean."""
-        return F.cross_entropy(y_hat, y, reduction="sum") / self._batch_size
+        return mean_loss(y_hat, y) * (len(y) / self._batch_size)
 
     def train_step(self, X: torch.Tensor, y: torch.Tensor):
         """One SGD step of the whole global batch; (loss sum, correct, count) on the last stage."""
@@ -114,7 +117,7 @@ class PipelineStrategy(Strategy):
         if not last:
             zero = torch.zeros((), device=X.device)
             return zero, zero, 0  # only the last stage sees the loss
-        return torch.stack(losses).sum().detach() * len(y), (y_hat.argmax(1) == y).sum(), len(y)
+        return torch.stack(losses).sum().detach() * len(y), correct(y_hat, y), len(y)
 
     def predict(self, X: torch.Tensor) -> torch.Tensor | None:
         """Logits on the last stage (None elsewhere); every rank must call it."""
