@@ -1,15 +1,22 @@
 """What a rank holds and sends: its device, the bytes it keeps and allocates (measured), the
 collectives it calls, and its step time.
 
-Shown in lessons 10 and 11. Held bytes are read from the tensors a rank keeps. Peak bytes come
-from CUDA's allocator statistics on a GPU, and on a CPU (whose allocator keeps no statistics)
-from `torch.profiler`'s record of every allocation and free. That record misses frees made by
-other threads (gloo's), so it can only overstate a peak; `train_measured` takes the smallest of
-two steps.
+Shown in lessons 10 and 11. Held bytes come from an allocator: CUDA's statistics on a GPU; on a
+CPU, whose PyTorch allocator keeps no statistics, the C library's count of the heap bytes it has
+handed out (`heap_bytes`, glibc's mallinfo2: every thread's allocations, tensors' storages and the
+runtime's own buffers alike), where a worker asks for it (`measure=measured_bytes`). Elsewhere,
+and on a C library that keeps no count (macOS, Windows), they are counted from the tensors a rank
+keeps (`tensor_bytes`), and the result says which (`held_by`). Peak bytes come from CUDA's
+statistics on a GPU and on a CPU from `torch.profiler`'s record of every allocation and free.
+That record misses frees made by other threads (gloo's), so it can only overstate a peak;
+`train_measured` takes the smallest of two steps.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import gc
 import statistics
 import time
 
@@ -139,19 +146,71 @@ def allocated_bytes(device: torch.device) -> int | None:
     return torch.cuda.memory_allocated(device)
 
 
-def train_measured(step, steps: int, device: torch.device, keep, baseline=None) -> dict:
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]  # fmt: skip
+
+
+@functools.cache
+def _mallinfo2():
+    """glibc's mallinfo2, or None where the C library has none (macOS, Windows, musl, old glibc)."""
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError, TypeError):
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+def heap_bytes() -> int | None:
+    """Bytes the C library's allocator has handed out to this process and not had back, after a
+    garbage collection (glibc: chunks in use plus mmapped ones); None where it keeps no count."""
+    function = _mallinfo2()
+    if function is None:
+        return None
+    gc.collect()  # objects in reference cycles would otherwise be freed at a random later time
+    info = function()
+    return info.uordblks + info.hblkhd
+
+
+def measured_bytes(device: torch.device) -> int | None:
+    """Bytes an allocator has handed out now: CUDA's on a GPU, the C heap's on a CPU
+    (`heap_bytes`); None where neither keeps a count. Other ranks are waited for first."""
+    if dist.is_initialized():
+        dist.barrier()  # no rank is still inside a collective's buffers
+    if _checks.device("measured_bytes: device", device).type == "cuda":
+        return allocated_bytes(device)
+    return heap_bytes() if device.type == "cpu" else None
+
+
+def held_by(measure, device: torch.device) -> str:
+    """What `train_measured` reads held bytes from, in words, for `measure` on `device`."""
+    if device.type == "cuda":
+        return "CUDA's allocator"
+    if measure is measured_bytes and device.type == "cpu" and _mallinfo2() is not None:
+        return "the C heap (mallinfo2)"
+    return "the tensors kept (counted)"
+
+
+def train_measured(
+    step, steps: int, device: torch.device, keep, baseline=None, measure=allocated_bytes
+) -> dict:
     """Call step() `steps` times: warm up, measure bytes (steps 2-3), then time the rest.
 
-    Returns what each call returned; the bytes held after the first step (on a GPU: allocated
-    since `baseline`, from `allocated_bytes`; otherwise the storages of the tensors in `keep`);
-    the peak (held plus the smallest highest extra allocation of steps 2 and 3); the median time.
+    Returns what each call returned; the bytes held after the first step: `measure(device)` less
+    `baseline` (read with the same `measure` before the model was built) where both are known,
+    otherwise the storages of the tensors in `keep` (`held_by` says which), and those storages
+    in any case (`kept`); the peak (held plus the smallest highest extra allocation of steps 2
+    and 3); the median time.
     """
     _checks.callable_("train_measured: step", step)
     _checks.whole("train_measured: steps", steps)
     _checks.device("train_measured: device", device)
     outputs = [step()]  # the first step creates gradients and optimizer state
-    now = allocated_bytes(device)
-    held = now - baseline if now is not None and baseline is not None else tensor_bytes(keep)
+    now, kept = measure(device), tensor_bytes(keep)
+    known = now is not None and baseline is not None
+    held = now - baseline if known else kept
     extra, times = [], []
     for i in range(1, steps):
         if i <= 2:
@@ -169,6 +228,8 @@ def train_measured(step, steps: int, device: torch.device, keep, baseline=None) 
     return {
         "outputs": outputs,
         "held": held,
+        "held_by": held_by(measure, device) if known else "the tensors kept (counted)",
+        "kept": kept,
         "peak": held + (min(extra) if extra else 0),
         "seconds": statistics.median(times) if times else float("nan"),
     }

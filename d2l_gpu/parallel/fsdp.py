@@ -7,6 +7,7 @@ Shown in lesson 11. Every rank trains the same seeded MLP with Adam on its part 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from torch.nn import functional as F
 from ..distributed import full_tensor, rank_device
 from ..models import mlp
 from . import worker_args
-from .footprint import CollectiveCounter, allocated_bytes, train_measured
+from .footprint import CollectiveCounter, measured_bytes, train_measured
 from .memory import checkpoint_every
 from .workload import Workload
 
@@ -37,8 +38,21 @@ def _data_parallel_run(net, rank: int, world: int, work: Workload, device, base)
             opt.zero_grad()
         return loss.item()
 
-    run = train_measured(step, work.steps, device, [net, opt], base)
+    run = train_measured(step, work.steps, device, [net, opt], base, measure=measured_bytes)
     return {**run, "losses": run.pop("outputs"), "calls": counter.calls, "bytes": counter.bytes}
+
+
+def _sharded_mlp(work: Workload, checkpointing: bool, device) -> nn.Module:
+    """work's seeded MLP with fully_shard on every linear layer and the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    net = mlp(list(work.widths), work.seed, work.dtype).to(device)
+    if checkpointing:
+        net = checkpoint_every(net, every=2)  # each (Linear, ReLU) pair recomputed in backward
+    for module in net.modules():
+        if isinstance(module, nn.Linear):
+            fully_shard(module)  # each layer gathered just before it is used
+    return fully_shard(net)
 
 
 def fsdp_worker(rank: int, world: int, work: Workload, checkpointing: bool = False) -> dict:
@@ -47,18 +61,13 @@ def fsdp_worker(rank: int, world: int, work: Workload, checkpointing: bool = Fal
     Returns the full trained parameters, the local losses, held and peak bytes of this rank, the
     median step time, and one step's collectives (calls and bytes of the whole tensors).
     """
-    from torch.distributed.fsdp import fully_shard
-
     worker_args.fsdp(rank, world, work)
     device = rank_device()
-    baseline = allocated_bytes(device)
-    net = mlp(list(work.widths), work.seed, work.dtype).to(device)
-    if checkpointing:
-        net = checkpoint_every(net, every=2)  # each (Linear, ReLU) pair recomputed in backward
-    for module in net.modules():
-        if isinstance(module, nn.Linear):
-            fully_shard(module)  # each layer gathered just before it is used
-    fully_shard(net)
+    warm_up = _sharded_mlp(work, checkpointing, device)  # the runtime's lasting buffers, first
+    _data_parallel_run(warm_up, rank, world, replace(work, steps=1), device, None)
+    del warm_up
+    baseline = measured_bytes(device)
+    net = _sharded_mlp(work, checkpointing, device)
     run = _data_parallel_run(net, rank, world, work, device, baseline)
     run["params"] = [full_tensor(p) for p in net.parameters()]
     run["kinds"] = sorted({type(p).__name__ for p in net.parameters()})

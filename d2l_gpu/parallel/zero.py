@@ -3,7 +3,8 @@
 all-gather; Adam written out so that every byte it keeps is visible.
 
 Shown in lesson 11. `zero_worker` trains an MLP with a given stage and returns the trained
-parameters, the bytes each rank held and peaked at (measured), and the collectives of one step.
+parameters, the bytes each rank held and peaked at (measured: on a CPU from the C heap), the bytes
+of the tensors it keeps (counted), and the collectives of one step.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .. import _checks
 from ..distributed import rank_device
 from ..models import mlp
 from . import worker_args
-from .footprint import CollectiveCounter, allocated_bytes, train_measured
+from .footprint import CollectiveCounter, measured_bytes, train_measured
 from .workload import Workload
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -153,7 +154,11 @@ def zero_worker(
     """Train `work` with ZeRO stage 0 (plain data parallelism), 1, 2 or 3 from scratch, with Adam.
 
     Returns the full trained parameters (weight, bias per layer), the local losses, the bytes
-    this rank holds and its peak, the median step time, and one step's collectives. `add_grad`,
+    this rank holds (measured; `held_by` says from what) and of the tensors it keeps (`kept`,
+    counted), its peak, the median step time, and one step's collectives. Before the baseline
+    of the measurement, one step on throwaway layers lets the runtime make its own lasting
+    buffers (on the CPU of lesson 11's run, the first matrix product alone leaves 10.5 MiB, the
+    math library's). `add_grad`,
     for stages 2 and 3, is the source of a function f(layer, flat_grad) that replaces
     `ShardedLayer.add_grad` (lesson 11's exercise 4 sends a student's version as text).
     """
@@ -162,12 +167,17 @@ def zero_worker(
     widths, steps, lr, dtype, seed = work.widths, work.steps, work.lr, work.dtype, work.seed
     X, y = work.data()
     X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
-    baseline = allocated_bytes(device)
-    layers = _layers(widths, stage, rank, world, dtype, seed, device)
-    if add_grad is not None:
-        keep = _function(add_grad)
-        for layer in layers:
-            layer.add_grad = functools.partial(keep, layer)
+    add = _function(add_grad) if add_grad is not None else None
+
+    def build() -> list[ShardedLayer]:
+        layers = _layers(widths, stage, rank, world, dtype, seed, device)
+        for layer in layers if add is not None else ():
+            layer.add_grad = functools.partial(add, layer)
+        return layers
+
+    zero_step(build(), X, y, 1, lr)  # the warm-up step, on layers thrown away at once
+    baseline = measured_bytes(device)
+    layers = build()
     counter, count = CollectiveCounter(), [0]
 
     def step():
@@ -175,12 +185,12 @@ def zero_worker(
         with counter if count[0] == 1 else contextlib.nullcontext():  # what one step sends
             return zero_step(layers, X, y, count[0], lr)
 
-    run = train_measured(step, steps, device, layers, baseline)
+    run = train_measured(step, steps, device, layers, baseline, measure=measured_bytes)
     params = []
     for layer in layers:
         W, b = layer.weight_bias(layer.full())
         params += [W.detach().cpu().clone(), b.detach().cpu().clone()]
-    keys = ("held", "peak", "seconds")
+    keys = ("held", "held_by", "kept", "peak", "seconds")
     return {"params": params, "losses": run["outputs"], "calls": counter.calls,
             "bytes": counter.bytes, **{key: run[key] for key in keys}}  # fmt: skip
 
