@@ -184,6 +184,18 @@ def measured_bytes(device: torch.device) -> int | None:
     return heap_bytes() if device.type == "cpu" else None
 
 
+_WARMED: set[str] = set()  # the kinds of step this process has already run once
+
+
+def warm_up_once(kind: str, step) -> None:
+    """Call step() if no step of `kind` ran in this process yet: the first step of a process
+    leaves the runtime's lasting buffers (the math library's, gloo's), which a baseline read
+    before it would count as the model's."""
+    if kind not in _WARMED:
+        step()
+        _WARMED.add(kind)
+
+
 def held_by(measure, device: torch.device) -> str:
     """What `train_measured` reads held bytes from, in words, for `measure` on `device`."""
     if device.type == "cuda":

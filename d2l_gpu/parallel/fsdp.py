@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from ..distributed import full_tensor, rank_device
 from ..models import mlp
 from . import worker_args
-from .footprint import CollectiveCounter, measured_bytes, train_measured
+from .footprint import CollectiveCounter, measured_bytes, train_measured, warm_up_once
 from .memory import checkpoint_every
 from .workload import Workload
 
@@ -63,9 +63,9 @@ def fsdp_worker(rank: int, world: int, work: Workload, checkpointing: bool = Fal
     """
     worker_args.fsdp(rank, world, work)
     device = rank_device()
-    warm_up = _sharded_mlp(work, checkpointing, device)  # the runtime's lasting buffers, first
-    _data_parallel_run(warm_up, rank, world, replace(work, steps=1), device, None)
-    del warm_up
+    once = replace(work, steps=1)  # a step on a throwaway model: the runtime's lasting buffers
+    warm_up_once("fsdp", lambda: _data_parallel_run(
+        _sharded_mlp(once, checkpointing, device), rank, world, once, device, None))  # fmt: skip
     baseline = measured_bytes(device)
     net = _sharded_mlp(work, checkpointing, device)
     run = _data_parallel_run(net, rank, world, work, device, baseline)

@@ -23,7 +23,7 @@ from .. import _checks
 from ..distributed import rank_device
 from ..models import mlp
 from . import worker_args
-from .footprint import CollectiveCounter, measured_bytes, train_measured
+from .footprint import CollectiveCounter, measured_bytes, train_measured, warm_up_once
 from .workload import Workload
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -156,11 +156,11 @@ def zero_worker(
     Returns the full trained parameters (weight, bias per layer), the local losses, the bytes
     this rank holds (measured; `held_by` says from what) and of the tensors it keeps (`kept`,
     counted), its peak, the median step time, and one step's collectives. Before the baseline
-    of the measurement, one step on throwaway layers lets the runtime make its own lasting
-    buffers (on the CPU of lesson 11's run, the first matrix product alone leaves 10.5 MiB, the
-    math library's). `add_grad`,
-    for stages 2 and 3, is the source of a function f(layer, flat_grad) that replaces
-    `ShardedLayer.add_grad` (lesson 11's exercise 4 sends a student's version as text).
+    of the measurement, the first worker of a process runs one step on throwaway layers, so
+    that the runtime makes its own lasting buffers (on the CPU of lesson 11's run, the first
+    matrix product alone leaves 10.5 MiB, the math library's). `add_grad`, for stages 2 and 3,
+    is the source of a function f(layer, flat_grad) that replaces `ShardedLayer.add_grad`
+    (lesson 11's exercise 4 sends a student's version as text).
     """
     worker_args.zero(rank, world, work, stage, add_grad)
     device = rank_device()
@@ -175,7 +175,7 @@ def zero_worker(
             layer.add_grad = functools.partial(add, layer)
         return layers
 
-    zero_step(build(), X, y, 1, lr)  # the warm-up step, on layers thrown away at once
+    warm_up_once("zero", lambda: zero_step(build(), X, y, 1, lr))  # layers thrown away at once
     baseline = measured_bytes(device)
     layers = build()
     counter, count = CollectiveCounter(), [0]
