@@ -42,13 +42,15 @@ def one_transformer(job_env, tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", PARALLEL)
-def test_two_ranks_equal_one_process(job_env, tmp_path, one_process, strategy):
+@pytest.mark.parametrize("strategy", PARALLEL)  # ddp: tests/test_train_ranks.py
+@pytest.mark.parametrize("job", ["lenet", "transformer"])
+def test_two_ranks_equal_one_process(job_env, tmp_path, request, job, strategy):
+    args, reference = (ARGS64, "one_process") if job == "lenet" else (TEXT, "one_transformer")
     cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--save", "final.pt"]
-    _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
-    assert f"world size 2 (gloo, cpu, {strategy})" in out, out
-    assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
+    _, out = run([*cmd, *SCRIPT, *args, *extra], env2, tmp_path)
+    assert f"{job}: world size 2 (gloo, cpu, {strategy})" in out, out
+    assert max_diff(load(tmp_path / "final.pt"), request.getfixturevalue(reference)) < 1e-12
 
 
 @pytest.mark.slow
@@ -68,11 +70,18 @@ def test_killed_rank_resumes_to_the_uninterrupted_result(job_env, tmp_path, one_
 
 
 @pytest.mark.parametrize(
-    ("first", "then"), [("ddp", "fsdp"), ("fsdp", "pipeline"), ("pipeline", "ddp")]
+    ("job", "first", "then"),
+    [
+        ("lenet", "ddp", "fsdp"),
+        ("lenet", "fsdp", "pipeline"),
+        ("lenet", "pipeline", "ddp"),
+        ("transformer", "ddp", "fsdp-tp"),
+        ("transformer", "fsdp-tp", "pipeline"),
+    ],
 )
-def test_a_checkpoint_resumes_under_another_strategy(lone, tmp_path, capsys, first, then):
+def test_a_checkpoint_resumes_under_another_strategy(lone, tmp_path, capsys, job, first, then):
     """Full state dicts: epoch 1 under one strategy, epoch 2 under another = 2 epochs of ddp."""
-    small = [*ARGS64, "--limit", "64"]
+    small = [*ARGS64, "--limit", "64"] if job == "lenet" else [*TEXT, "--limit", "32", "--tp", "1"]
     assert train.main([*small, "--save", str(tmp_path / "straight.pt")]) == 0
     ckpt = str(tmp_path / "ckpt.pt")
     assert train.main([*small, "--epochs", "1", "--strategy", first, "--checkpoint", ckpt]) == 0
@@ -136,18 +145,6 @@ def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", PARALLEL)  # ddp: the step proven on lenet, in test_train_ranks
-def test_the_transformer_on_two_ranks_equals_one_process(
-    job_env, tmp_path, one_transformer, strategy
-):
-    cmd, env = torchrun(2, job_env, tmp_path)
-    extra = ["--strategy", strategy, "--save", "final.pt"]
-    _, out = run([*cmd, *SCRIPT, *TEXT, *extra], env, tmp_path)
-    assert f"transformer: world size 2 (gloo, cpu, {strategy})" in out, out
-    assert max_diff(load(tmp_path / "final.pt"), one_transformer) < 1e-12
-
-
-@pytest.mark.slow
 def test_a_2x2_mesh_equals_one_process(job_env, tmp_path, one_transformer):
     """4 ranks as 2 rows of 2 (--tp 2): the heads split in two, FSDP over the rows."""
     cmd, env = torchrun(4, job_env, tmp_path)
@@ -172,19 +169,3 @@ def test_a_checkpoint_resumes_on_a_2d_mesh(job_env, tmp_path, one_transformer, m
     _, out = run([*cmd, *SCRIPT, *TEXT, *extra, "--tp", "2", "--accumulate", "2"], env, tmp_path)
     assert "continuing with --tp 2 (the checkpoint's job had 1)" in out, out
     assert max_diff(load(tmp_path / "final.pt"), one_transformer) < 1e-12
-
-
-@pytest.mark.parametrize(("first", "then"), [("ddp", "fsdp-tp"), ("fsdp-tp", "pipeline")])
-def test_a_transformer_checkpoint_resumes_under_another_strategy(
-    lone, tmp_path, capsys, first, then
-):
-    small = [*TEXT, "--limit", "32", "--tp", "1"]
-    assert train.main([*small, "--save", str(tmp_path / "straight.pt")]) == 0
-    ckpt = str(tmp_path / "ckpt.pt")
-    assert train.main([*small, "--epochs", "1", "--strategy", first, "--checkpoint", ckpt]) == 0
-    capsys.readouterr()
-    final = str(tmp_path / "final.pt")
-    assert train.main([*small, "--strategy", then, "--checkpoint", ckpt, "--save", final]) == 0
-    out = capsys.readouterr().out
-    assert f"continuing with --strategy {then} (the checkpoint's job had {first})" in out, out
-    assert max_diff(load(tmp_path / "final.pt"), load(tmp_path / "straight.pt")) < 1e-12
