@@ -9,7 +9,7 @@ VENV ?= .venv
 export VENV
 COURSE := $(PYTHON) scripts/course.py
 
-.PHONY: setup setup-dev lessons test test-cluster test-unit test-unit-1thread test-notebooks test-slow lab check format slides test-browser stress gpu-report spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-cluster test-unit test-unit-1thread test-notebooks test-slow test-oldest lab check format slides test-browser stress gpu-report spread kernel lock clean
 
 setup:  ## create .venv with the learners' lock and the package
 	$(COURSE) setup
@@ -34,6 +34,9 @@ test-notebooks:
 
 test-cluster:  ## a real Slurm cluster and two hosts in network namespaces (Linux, root)
 	$(COURSE) test-cluster
+
+test-oldest:  ## unit tests and lax nbval on PyTorch 2.4.1 (the oldest admitted), in .venv-oldest
+	$(COURSE) test-oldest
 
 test-slow:  ## nbval again on one core shared with a busy loop: speed-dependent output fails
 	$(COURSE) test-slow

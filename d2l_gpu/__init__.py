@@ -48,7 +48,7 @@ _NAMES = {
         "try_all_gpus",
         "try_gpu",
     ],
-    "distributed": ["free_port", "pick_backend", "rank_device"],
+    "distributed": ["free_port", "pick_backend", "rank_device", "torch_at_least"],
     "jobs": ["kill_worker", "launch", "launch_and_kill", "run_job"],
     "models": [
         "LeNet",
@@ -214,6 +214,7 @@ _NAMES = {
         "mesh_worker",
         "predict_mesh",
         "save_sharded",
+        "split_over_mesh",
         "step_collectives",
         "step_collectives_worker",
         "train_mesh",

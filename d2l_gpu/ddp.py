@@ -8,8 +8,7 @@ imports it.
 
 from __future__ import annotations
 
-import sys
-
+from .distributed import end_process
 from .train import TrainConfig, TrainError, main, parse_args, shard_indices, train
 from .train.strategies.base import build_model
 
@@ -18,4 +17,4 @@ __all__ = ["DDPError", "TrainConfig", "build_model", "main", "parse_args", "shar
 DDPError = TrainError  # the name of TrainError before the script became d2l_gpu.train
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m d2l_gpu.ddp"))
+    end_process(main(prog="python -m d2l_gpu.ddp"))

@@ -63,13 +63,43 @@ def torch_version() -> tuple[int, int]:
     return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore
 
 
+class NeedsNewerTorch(RuntimeError):
+    """A feature the PyTorch in use lacks, named in one sentence with the version it needs."""
+
+
+def require_torch(major: int, minor: int, what: str) -> None:
+    """Raise NeedsNewerTorch naming `what` unless PyTorch is major.minor or newer."""
+    if torch_version() < (major, minor):
+        raise NeedsNewerTorch(
+            f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}"
+        )
+
+
+def torch_at_least(major: int, minor: int, what: str) -> bool:
+    """Whether PyTorch is major.minor or newer; if not, a sentence saying that the code using
+    `what` is skipped (lessons 10, 11 and 14 on the oldest PyTorch admitted)."""
+    if torch_version() >= (major, minor):
+        return True
+    print(f"skipped: {what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}")
+    return False
+
+
+def dtensor_api():
+    """torch.distributed.tensor (DTensor, Shard, Replicate, distribute_tensor), public from
+    PyTorch 2.5; on 2.4 the same classes live in torch.distributed._tensor."""
+    public = importlib.import_module("torch.distributed.tensor")
+    if hasattr(public, "DTensor"):
+        return public
+    return importlib.import_module("torch.distributed._tensor")
+
+
 def full_tensor(t):
     """The whole tensor behind `t` on the CPU (a DTensor shard is gathered, so every rank must
     call it); anything that is not a tensor comes back as it is. Lessons 7 and 11."""
     if not isinstance(t, torch.Tensor):
         return t
     if hasattr(t, "full_tensor"):
-        from torch.distributed.tensor import Replicate  # noqa: PLC0415 - only for DTensors
+        Replicate = dtensor_api().Replicate  # noqa: N806
 
         for dim in range(len(t.placements)):  # one mesh dimension at a time: one gather each
             t = t.redistribute(placements=[Replicate()] * (dim + 1) + list(t.placements[dim + 1 :]))
@@ -143,8 +173,29 @@ def leave_group() -> None:
     global _STORE
     gc.collect()
     if dist.is_initialized():
+        groups = list(dist.distributed_c10d._world.pg_map)  # every group, the default first
         dist.destroy_process_group()
+        if torch_version() < (2, 8):
+            _NEVER_FREED.extend(groups)
     _STORE = None
+
+
+# Before PyTorch 2.8 (pytorch#154976), Python frees a process group while holding the GIL, and
+# the group's destructor joins its gloo threads. One of them may still be freeing a finished
+# collective whose tensors need the GIL, and then both wait forever (seen on 2.4.1 in about one
+# run in three of tests/test_context_parallel.py). On those versions leave_group keeps the groups
+# here: their threads idle until the process ends, which run_workers' workers do through
+# os._exit (multiprocessing) and the training script through end_process.
+_NEVER_FREED: list = []
+
+
+def end_process(code: int) -> None:
+    """Exit with `code`; on PyTorch < 2.8 without freeing the groups (see _NEVER_FREED)."""
+    if not _NEVER_FREED:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def end_with_parent(

@@ -276,7 +276,8 @@ def run_workers(
         return _collect(procs, outdir, world_size, timeout, running)
 
 
-_MISMATCH = "Received data size doesn't match expected size"  # gloo's words for it
+# gloo's words for it, and before PyTorch 2.5 (where gloo aborts the process) its check's
+_MISMATCH = ("Received data size doesn't match expected size", "op.preamble.length <= op.nbytes")
 
 
 def _crash(rank: int, world_size: int, exitcode: int | None, outdir: str) -> str:
@@ -291,7 +292,7 @@ def _crash(rank: int, world_size: int, exitcode: int | None, outdir: str) -> str
     err = Path(outdir) / f"rank{rank}.err"
     lines = err.read_text(errors="replace").strip().splitlines()[-8:] if err.exists() else []
     said = ("; its last lines on stderr:\n  " + "\n  ".join(lines)) if lines else ""
-    if any(_MISMATCH in line for line in lines):
+    if any(words in line for words in _MISMATCH for line in lines):
         said += (
             "\nThe ranks passed tensors of different sizes (or dtypes) to one message or "
             "collective: give that call the same shape and dtype on every rank."

@@ -9,6 +9,7 @@ test          unit tests, then strict nbval over every lesson and solution
 test-unit     the unit tests               test-unit-1thread   the same on one thread
 test-notebooks  strict nbval               test-slow           nbval on one busy core (Linux)
 test-cluster  a real Slurm cluster and two hosts in network namespaces (Linux, root)
+test-oldest   the unit tests and lax nbval on PyTorch 2.4.1, the oldest admitted (.venv-oldest)
 lab           JupyterLab on the lessons    kernel              register the Python you run this with
 check         ruff and notebook hygiene    format              ruff format, notebooks normalised
 slides        the reveal.js decks          test-browser        the lessons in headless Chromium
@@ -43,6 +44,7 @@ STARTS_PROCESSES = (
 SLOW_NOTEBOOKS = [
     f"{d}/{name}.ipynb" for d in ("notebooks", "solutions") for name in STARTS_PROCESSES
 ]
+OLDEST_TORCH = "2.4.1"  # torch-directml's; the oldest the course admits (README)
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
          "-p", "no:cacheprovider"]  # fmt: skip
 
@@ -125,6 +127,30 @@ class Course:
         """The tests that start a Slurm cluster and network-namespace hosts (root, Linux)."""
         self.setup_dev()
         self.run(self.py, "-m", "pytest", "-m", "cluster", "-p", "no:cacheprovider", "tests")
+
+    def test_oldest(self) -> None:
+        """The unit tests, then every notebook (errors only: lax nbval), on OLDEST_TORCH.
+
+        Its own environment, .venv-oldest beside the venv, with the locks but PyTorch
+        OLDEST_TORCH. On Linux, PyPI's build of it is a CUDA build (about 2.5 GB with its NVIDIA
+        packages) that also runs on a CPU; PIP_INDEX_URL can point pip at a CPU-only index."""
+        old = Course(self.venv.with_name(self.venv.name + "-oldest"), self.dry_run)
+        if not Path(old.py).exists():
+            old.run(sys.executable, "-m", "venv", str(old.venv))
+        locks = [ROOT / "requirements.txt", ROOT / "requirements-dev.txt"]
+        if old._stale(".installed-oldest", *locks, ROOT / "pyproject.toml"):
+            pins = [line for lock in locks for line in lock.read_text().splitlines()
+                    if not line.startswith("torch==")]  # fmt: skip
+            wanted = ROOT / "build" / "requirements-oldest.txt"
+            if not self.dry_run:
+                wanted.parent.mkdir(exist_ok=True)
+                wanted.write_text("\n".join(sorted(set(pins))) + "\n")
+            old.run(old.py, "-m", "pip", "install", "--quiet", f"torch=={OLDEST_TORCH}",
+                    "-r", str(wanted))  # fmt: skip
+            old.run(old.py, "-m", "pip", "install", "--quiet", "--no-deps", "-e", ".")
+            old._touch(".installed-oldest")
+        old.run(old.py, "-m", "pytest", "-m", "not cluster", "-p", "no:cacheprovider", "tests")
+        old.run(old.py, "-m", "pytest", "--nbval-lax", *NBVAL[1:], *notebooks())
 
     def test_notebooks(self) -> None:
         self.setup_dev()

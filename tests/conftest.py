@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d2l_gpu.distributed import free_port  # noqa: F401 - re-exported for the tests
+from d2l_gpu.distributed import free_port, torch_version  # noqa: F401 - free_port re-exported
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +31,31 @@ if os.environ.get("D2L_GPU_BROWSER") != "1":
     # minutes of CPU, so plain `pytest tests` does not even collect them. One conftest.py only:
     # a second one (tests/browser/conftest.py) took the module name `conftest` from this one.
     collect_ignore = ["browser"]
+
+
+# --- the oldest PyTorch admitted (2.4; `make test-oldest`): what it lacks is skipped, said why ---
+
+NEEDS_2_6 = ("fsdp", "fsdp-tp", "pipeline")  # --strategy values that refuse PyTorch < 2.6
+
+
+def newer_torch(major: int, minor: int, what: str):
+    """A mark that skips a test of `what` on a PyTorch older than major.minor."""
+    import torch
+
+    return pytest.mark.skipif(
+        torch_version() < (major, minor),
+        reason=f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}",
+    )
+
+
+def skip_strategies_this_torch_lacks(*strategies: str) -> None:
+    """Skip the calling test if one of `strategies` needs a newer PyTorch than this one."""
+    import torch
+
+    lacking = [s for s in strategies if s in NEEDS_2_6]
+    if lacking and torch_version() < (2, 6):
+        pytest.skip(f"--strategy {', '.join(lacking)} needs PyTorch 2.6 or newer; this is "
+                    f"{torch.__version__}")  # fmt: skip
 
 
 # --- nothing left behind: processes, namespaces, mounts, temporary files (tests/leftovers.py) ---

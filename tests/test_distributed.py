@@ -107,6 +107,19 @@ def test_an_unpicklable_result_is_said_so():
         workers.run_workers(unpicklable, 2, timeout=120)
 
 
+@pytest.mark.parametrize(("version", "kept"), [((2, 7), 1), ((2, 8), 0)])
+def test_groups_are_kept_where_freeing_them_can_deadlock(monkeypatch, version, kept):
+    """Before PyTorch 2.8 Python frees a group holding the GIL while the group joins its gloo
+    threads, which may need the GIL (a deadlock seen on 2.4.1): leave_group keeps the groups
+    there, and end_process then leaves without freeing them. From 2.8 they are freed."""
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setattr(distributed, "torch_version", lambda: version)
+    monkeypatch.setattr(distributed, "_NEVER_FREED", [])
+    distributed.join_group("gloo", torch.device("cpu"))
+    distributed.leave_group()
+    assert not dist.is_initialized() and len(distributed._NEVER_FREED) == kept
+
+
 def test_a_hang_is_reported_as_a_timeout(tmp_path):
     with pytest.raises(
         TimeoutError, match=r"ranks \[0, 1\] of 2 were still running after timeout=3"

@@ -10,11 +10,13 @@ import warnings
 
 import pytest
 import torch
+from conftest import newer_torch
 
 from d2l_gpu.parallel import mesh as M
 from d2l_gpu.parallel import workload
 from d2l_gpu.workers import run_workers
 
+pytestmark = newer_torch(2, 6, "fully_shard (FSDP2) on a CPU, the mesh's dp dimension")
 WORK = workload.TransformerWorkload(steps=3)  # vocab 32, d_model 16, 4 heads, 2 layers, batch 2
 MORE = 2  # steps trained on after loading the checkpoint
 

@@ -3,6 +3,7 @@ each proven equal to one device in float64 over several SGD steps; schedules and
 
 import pytest
 import torch
+from conftest import newer_torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -175,6 +176,7 @@ def pipelines(rank, world, work, runs):
     )
 
 
+@newer_torch(2, 6, "torch.distributed.pipelining")
 def test_pipeline_processes_equal_one_device(reference):
     runs = [("gpipe", 1), ("gpipe", 4), ("1f1b", 3)]
     work = Workload(widths=WIDTHS, steps=STEPS, batch_size=BATCH, lr=LR, dtype=F64)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import newer_torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -216,6 +217,7 @@ def both_fsdp(rank, world, work):
     return [fsdp_worker(rank, world, work, False), fsdp_worker(rank, world, work, True)]
 
 
+@newer_torch(2, 6, "fully_shard (FSDP2) on a CPU")
 def test_fsdp_equals_adam_on_one_device(adam_reference):
     out = run_workers(both_fsdp, 2, WORK, backend="gloo")
     for rank in out:

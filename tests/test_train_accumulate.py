@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import skip_strategies_this_torch_lacks
 from train_launch import ARGS, ARGS64, SCRIPT, load, max_diff, run, run_here, torchrun
 
 from d2l_gpu import train
@@ -23,6 +24,7 @@ from d2l_gpu.train.strategies.ddp import DDPStrategy
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_accumulated_micro_batches_equal_one_process(job_env, tmp_path, one_process, strategy):
     """2 ranks x 4 micro-batches of 4 examples = one process with global batches of 32."""
+    skip_strategies_this_torch_lacks(strategy)
     cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--accumulate", "4", "--save", "final.pt"]
     _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
@@ -87,6 +89,8 @@ def test_accumulation_synchronises_once_per_step(group, monkeypatch):
     ],
 )
 def test_bad_accumulation_refused_with_a_sentence(lone, capsys, extra, message):
+    if "--strategy" in extra:
+        skip_strategies_this_torch_lacks(extra[extra.index("--strategy") + 1])
     try:
         status = train.main([*ARGS, *extra])
     except SystemExit as e:  # a bad flag value: argparse's own exit

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import skip_strategies_this_torch_lacks
 from train_launch import (
     ARGS,
     ARGS64,
@@ -25,6 +26,8 @@ from train_launch import (
     run_with_a_kill,
     torchrun,
 )
+
+from d2l_gpu.distributed import torch_version
 
 
 def listening(pids: set[int]) -> set[str]:
@@ -119,12 +122,14 @@ def test_two_machines_one_job(job_env, tmp_path, one_process):
 CHECK_THREADS = """
 import os, sys
 from d2l_gpu import train
+from d2l_gpu.distributed import end_process
 def native_threads():
     tasks = os.listdir("/proc/self/task")
     return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks)
 before = native_threads()
 status = train.main(sys.argv[1:])
-print("status", status, "before", before, "after", native_threads())
+print("status", status, "before", before, "after", native_threads(), flush=True)
+end_process(status)  # as `python -m d2l_gpu.train` ends
 """
 
 
@@ -135,11 +140,17 @@ def test_group_threads_are_joined_before_the_interpreter_exits(job_env, tmp_path
 
     A gloo thread that releases a finished collective's tensors during shutdown needs the GIL,
     is ended by CPython, and the C++ runtime aborts ("terminate called without an active
-    exception"). Leaving the group must join those threads while Python is still whole.
+    exception"). Leaving the group must join those threads while Python is still whole. Before
+    PyTorch 2.8 joining them could deadlock (see distributed._NEVER_FREED): there the threads
+    stay, and the script ends through os._exit, with no interpreter shutdown to abort.
     """
+    skip_strategies_this_torch_lacks(strategy)
     args = [*ARGS, "--epochs", "1", "--limit", "64", "--checkpoint", "ckpt.pt"]
     args += ["--strategy", strategy]
-    _, out = run([sys.executable, "-c", CHECK_THREADS, *args], job_env, tmp_path)
+    status, out = run([sys.executable, "-c", CHECK_THREADS, *args], job_env, tmp_path)
     before, after = re.search(r"before (\[.*\]) after (\[.*\])", out).groups()
-    assert "status 0" in out and before == after, out
-    assert "gloo" not in after, out
+    assert "status 0" in out and status == 0, out
+    if torch_version() >= (2, 8):
+        assert before == after and "gloo" not in after, out
+    else:
+        assert before != after and "Traceback" not in out, out

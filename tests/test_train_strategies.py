@@ -11,6 +11,7 @@ summed instead of averaged), never the hardware or the thread count.
 from __future__ import annotations
 
 import pytest
+from conftest import skip_strategies_this_torch_lacks
 from train_launch import (
     ARGS,
     ARGS64,
@@ -45,6 +46,7 @@ def one_transformer(job_env, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("strategy", PARALLEL)  # ddp: tests/test_train_ranks.py
 @pytest.mark.parametrize("job", ["lenet", "transformer"])
 def test_two_ranks_equal_one_process(job_env, tmp_path, request, job, strategy):
+    skip_strategies_this_torch_lacks(strategy)
     args, reference = (ARGS64, "one_process") if job == "lenet" else (TEXT, "one_transformer")
     cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--save", "final.pt"]
@@ -56,6 +58,7 @@ def test_two_ranks_equal_one_process(job_env, tmp_path, request, job, strategy):
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", PARALLEL)
 def test_killed_rank_resumes_to_the_uninterrupted_result(job_env, tmp_path, one_process, strategy):
+    skip_strategies_this_torch_lacks(strategy)
     extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
 
     def job(folder):
@@ -81,6 +84,7 @@ def test_killed_rank_resumes_to_the_uninterrupted_result(job_env, tmp_path, one_
 )
 def test_a_checkpoint_resumes_under_another_strategy(lone, tmp_path, capsys, job, first, then):
     """Full state dicts: epoch 1 under one strategy, epoch 2 under another = 2 epochs of ddp."""
+    skip_strategies_this_torch_lacks(first, then)
     small = [*ARGS64, "--limit", "64"] if job == "lenet" else [*TEXT, "--limit", "32", "--tp", "1"]
     assert train.main([*small, "--save", str(tmp_path / "straight.pt")]) == 0
     ckpt = str(tmp_path / "ckpt.pt")
@@ -108,6 +112,7 @@ def test_a_checkpoint_resumes_under_another_strategy(lone, tmp_path, capsys, job
     ],
 )  # fmt: skip
 def test_bad_combinations_refused_with_a_sentence(lone, monkeypatch, capsys, world, extra, message):
+    skip_strategies_this_torch_lacks(extra[extra.index("--strategy") + 1])
     monkeypatch.setenv("WORLD_SIZE", str(world))  # checked before joining the group
     assert train.main([*ARGS, *extra]) == 2
     err = capsys.readouterr().err
@@ -137,6 +142,7 @@ def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
     job_env, tmp_path, one_process, monkeypatch, strategy, before, after
 ):
     """An elastic job re-formed with fewer or more ranks: epoch 1 on `before`, 2 on `after`."""
+    skip_strategies_this_torch_lacks(strategy)
     extra = ["--strategy", strategy, "--checkpoint", "ckpt.pt", "--save", "final.pt"]
     _job(before, job_env, tmp_path, [*extra, "--epochs", "1"], monkeypatch)
     assert load(tmp_path / "ckpt.pt")["world_size"] == before
@@ -147,6 +153,7 @@ def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
 @pytest.mark.slow
 def test_a_2x2_mesh_equals_one_process(job_env, tmp_path, one_transformer):
     """4 ranks as 2 rows of 2 (--tp 2): the heads split in two, FSDP over the rows."""
+    skip_strategies_this_torch_lacks("fsdp-tp")
     cmd, env = torchrun(4, job_env, tmp_path)
     extra = ["--strategy", "fsdp-tp", "--tp", "2", "--save", "final.pt"]
     _, out = run([*cmd, *SCRIPT, *TEXT, *extra], env, tmp_path)
@@ -163,6 +170,7 @@ def test_a_checkpoint_resumes_on_a_2d_mesh(job_env, tmp_path, one_transformer, m
     """Epoch 1 in one process, epoch 2 on 2 ranks splitting the heads in two, each rank's part
     in 2 micro-batches: the checkpoint keeps qkv in the model's order, the mesh regroups it for
     its ranks, and FSDP's gradient sync waits for the last micro-batch."""
+    skip_strategies_this_torch_lacks("fsdp-tp")
     extra = ["--strategy", "fsdp-tp", "--checkpoint", "ckpt.pt", "--save", "final.pt"]
     run_here([*TEXT, *extra, "--tp", "1", "--epochs", "1"], job_env, tmp_path, monkeypatch)
     cmd, env = torchrun(2, job_env, tmp_path)

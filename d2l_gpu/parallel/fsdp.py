@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..distributed import full_tensor, rank_device
+from ..distributed import full_tensor, rank_device, require_torch
 from ..models import mlp
 from . import worker_args
 from .footprint import CollectiveCounter, measured_bytes, train_measured, warm_up_once
@@ -44,6 +44,7 @@ def _data_parallel_run(net, rank: int, world: int, work: Workload, device, base)
 
 def _sharded_mlp(work: Workload, checkpointing: bool, device) -> nn.Module:
     """work's seeded MLP with fully_shard on every linear layer and the root."""
+    require_torch(2, 6, "fully_shard (FSDP2) on a CPU")
     from torch.distributed.fsdp import fully_shard
 
     net = mlp(list(work.widths), work.seed, work.dtype).to(device)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import _checks
-from ..distributed import rank_device
+from ..distributed import dtensor_api, rank_device, require_torch
 from ..gpt import TransformerBlock
 from .footprint import CollectiveCounter
 from .transformer_parallel import (
@@ -64,24 +64,30 @@ def check_mesh(caller: str, world: int, dp, tp) -> tuple[int, int]:
 
 
 def build_mesh_model(work: TransformerWorkload, dp: int, tp: int, param_dtype=None):
-    """The 2-D mesh and work.model() split over it: TP on "tp", then FSDP2 on "dp".
-
-    `param_dtype` (e.g. torch.bfloat16): FSDP gathers and computes with parameters in that
-    dtype and reduces gradients in float32 (MixedPrecisionPolicy); the shards stay in work.dtype.
-    """
+    """The 2-D mesh ("dp", "tp") and work.model() split over it by split_over_mesh."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     dp, tp = check_mesh("build_mesh_model", dist.get_world_size(), dp, tp)
     mesh = init_device_mesh(rank_device().type, (dp, tp), mesh_dim_names=("dp", "tp"))
-    net = parallelize_transformer(work.model().to(rank_device()), mesh["tp"], False)
+    return mesh, split_over_mesh(work.model().to(rank_device()), mesh, param_dtype)
+
+
+def split_over_mesh(net: nn.Module, mesh, param_dtype=None) -> nn.Module:
+    """`net`'s blocks split over mesh["tp"], then each block and the whole sharded over "dp".
+
+    `param_dtype` (e.g. torch.bfloat16): FSDP gathers and computes with parameters in that
+    dtype and reduces gradients in float32 (MixedPrecisionPolicy); the shards keep net's dtype.
+    """
+    require_torch(2, 6, "fully_shard (FSDP2) on a CPU")
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    parallelize_transformer(net, mesh["tp"], False)  # in place
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     options = {"mesh": mesh["dp"]} | ({"mp_policy": policy} if param_dtype else {})
     for unit in net:
         if isinstance(unit, HeadParallelBlock):
             fully_shard(unit, **options)
-    fully_shard(net, **options)
-    return mesh, net
+    return fully_shard(net, **options)
 
 
 def batch_part(X: torch.Tensor, mesh) -> torch.Tensor:
@@ -227,7 +233,6 @@ def load_sharded(net: nn.Module, path: str, tp: int) -> None:
     """Read a checkpoint of save_sharded into net (any layout: mesh or one process), in place."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-    from torch.distributed.tensor import distribute_tensor
 
     _checks.module("load_sharded: net", net)
     state = {"model": get_model_state_dict(net), "tp": torch.tensor(0)}
@@ -243,7 +248,9 @@ def load_sharded(net: nn.Module, path: str, tp: int) -> None:
             full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
             fixed = group_qkv(ungroup_qkv(full, saved), tp)
             if hasattr(p, "full_tensor"):
-                fixed = distribute_tensor(fixed, p.device_mesh, p.placements).to_local()
+                fixed = (
+                    dtensor_api().distribute_tensor(fixed, p.device_mesh, p.placements).to_local()
+                )
                 p.to_local().copy_(fixed)
             else:
                 p.copy_(fixed)

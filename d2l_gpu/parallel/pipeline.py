@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from ..distributed import rank_device
+from ..distributed import rank_device, require_torch
 from ..models import mlp
 from . import worker_args
 from .footprint import allocated_bytes, train_measured
@@ -171,9 +171,10 @@ def torch_pipeline_worker(
     rank: int, world: int, work: Workload, schedule: str = "1f1b", num_microbatches: int = 4
 ) -> dict:
     """The same training with torch.distributed.pipelining's PipelineStage and schedules."""
+    worker_args.torch_pipeline(rank, world, work, schedule, num_microbatches)
+    require_torch(2, 6, "torch.distributed.pipelining (stages that infer their shapes)")
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    worker_args.torch_pipeline(rank, world, work, schedule, num_microbatches)
     device = rank_device()
     X, y = work.data()
     X, y = X.to(device), y.to(device)

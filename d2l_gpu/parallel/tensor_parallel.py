@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from .. import _checks
 from ..data.toy import toy_images
-from ..distributed import rank_device
+from ..distributed import dtensor_api, rank_device
 from ..models import lenet_sequential, mlp
 from . import worker_args
 from .footprint import CollectiveCounter, allocated_bytes, train_measured
@@ -215,7 +215,6 @@ def tensor_parallel_worker(rank: int, world: int, work: Workload, model: str = "
 def torch_tensor_parallel_worker(rank: int, world: int, work: Workload) -> dict:
     """The Megatron pairs with DTensor: parallelize_module, ColwiseParallel, RowwiseParallel."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -234,6 +233,7 @@ def torch_tensor_parallel_worker(rank: int, world: int, work: Workload) -> dict:
         plan[str(i)], plan[str(i + 2)] = ColwiseParallel(), RowwiseParallel()
     parallelize_module(net, mesh, plan)
     run = _train(net, X, y, work.steps, work.lr, device, baseline)
+    DTensor = dtensor_api().DTensor  # noqa: N806
     full = [p.full_tensor() if isinstance(p, DTensor) else p for p in net.parameters()]
     return {
         "params": [p.detach().cpu().clone() for p in full],

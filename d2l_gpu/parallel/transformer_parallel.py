@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from ..distributed import dtensor_api
 from ..gpt import TransformerBlock
 from .tensor_parallel import _CopyToRanks, _my_slice, _SumOverRanks
 
@@ -171,10 +172,11 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
     of the replicated norms over ranks itself. No PrepareModuleInput is needed.
     """
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel as Col
     from torch.distributed.tensor.parallel import RowwiseParallel as Row
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    Replicate, Shard = dtensor_api().Replicate, dtensor_api().Shard  # noqa: N806
 
     _checks.module("parallelize_transformer: net", net, sequential=True)
     if not len(net) or not isinstance(net[0], nn.Embedding):

@@ -136,7 +136,9 @@ def zero_step(layers: list[ShardedLayer], X, y, step: int, lr: float) -> float:
                 own = layer.params if layer.stage == 3 else layer.params[mine]
                 adam_step(own, layer.grad / k, layer.m, layer.v, step, lr)
             if layer.stage in (1, 2):  # everyone needs every updated parameter next step
-                _all_gather(layer.params, layer.params[mine].clone())
+                # detach(): on PyTorch 2.4 gloo writes from its own thread, where autograd
+                # refuses in-place writes to views of a tensor that requires grad
+                _all_gather(layer.params.detach(), layer.params[mine].clone())
             layer.grad.zero_()
     return loss.item()
 

@@ -1,9 +1,8 @@
 """`python -m d2l_gpu.train`: the training script of lesson 7 (see d2l_gpu.train.loop)."""
 
-import sys
-
+from ..distributed import end_process
 from ..stopping import stop_on_signals
 from .loop import main
 
 stop_on_signals()
-sys.exit(main())
+end_process(main())

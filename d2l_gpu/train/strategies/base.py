@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ...distributed import full_tensor, torch_version
+from ...distributed import dtensor_api, full_tensor, torch_version
 from ...models import init_every_layer
 from ..config import DTYPES, MODELS, Placement, TrainConfig, TrainError
 
@@ -181,9 +181,9 @@ def load_named_optimizer_state(optimizer, named: list, state: dict) -> None:
 def like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """`full` laid out like `param`: this rank's shard of a DTensor, a transposed copy's layout."""
     if hasattr(param, "device_mesh"):  # a DTensor: keep this rank's shard
-        from torch.distributed.tensor import distribute_tensor  # noqa: PLC0415
-
-        return distribute_tensor(full.to(param.device), param.device_mesh, param.placements)
+        return dtensor_api().distribute_tensor(
+            full.to(param.device), param.device_mesh, param.placements
+        )
     return oriented(full, param.shape).to(param.device)
 
 

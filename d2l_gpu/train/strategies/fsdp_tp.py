@@ -22,12 +22,8 @@ import importlib
 import torch
 from torch import nn
 
-from ...parallel.transformer_parallel import (
-    HeadParallelBlock,
-    group_qkv,
-    parallelize_transformer,
-    ungroup_qkv,
-)
+from ...parallel.mesh import split_over_mesh
+from ...parallel.transformer_parallel import group_qkv, ungroup_qkv
 from ..config import MODELS, TrainConfig, TrainError
 from .base import needs_torch
 from .fsdp import FSDPStrategy, quiet_view_warning
@@ -63,20 +59,15 @@ class FSDPTPStrategy(FSDPStrategy):
 
     def wrap(self, net: nn.Module) -> nn.Module:
         """Split the blocks over "tp", then shard each block and the whole model over "dp"."""
-        fully_shard = importlib.import_module("torch.distributed.fsdp").fully_shard
         mesh_module = importlib.import_module("torch.distributed.device_mesh")
         rows, tp = self.world // self.cfg.tp, self.cfg.tp
         self.mesh = mesh_module.init_device_mesh(
             self.device.type, (rows, tp), mesh_dim_names=("dp", "tp")
         )
         quiet_view_warning()
-        parallelize_transformer(net, self.mesh["tp"], sequence_parallel=False)  # in place
-        for unit in net:
-            if isinstance(unit, HeadParallelBlock):
-                fully_shard(unit, mesh=self.mesh["dp"])
         self.data_rank, self.data_world = self.mesh.get_local_rank("dp"), rows
         self.reports = self.mesh.get_local_rank("tp") == 0  # a row's ranks score the same examples
-        return fully_shard(net, mesh=self.mesh["dp"])
+        return split_over_mesh(net, self.mesh)
 
     def _qkv(self, name: str, t, regroup):
         """Tensor `t` of parameter `name`, passed through `regroup` if it is laid out like qkv."""
