@@ -78,10 +78,12 @@ def require_torch(major: int, minor: int, what: str) -> None:
 def torch_at_least(major: int, minor: int, what: str) -> bool:
     """Whether PyTorch is major.minor or newer; if not, a sentence saying that the code using
     `what` is skipped (lessons 10, 11 and 14 on the oldest PyTorch admitted)."""
-    if torch_version() >= (major, minor):
-        return True
-    print(f"skipped: {what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}")
-    return False
+    try:
+        require_torch(major, minor, what)
+    except NeedsNewerTorch as e:
+        print(f"skipped: {e}")
+        return False
+    return True
 
 
 def dtensor_api():

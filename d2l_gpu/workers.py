@@ -276,7 +276,7 @@ def run_workers(
         return _collect(procs, outdir, world_size, timeout, running)
 
 
-# gloo's words for it, and before PyTorch 2.5 (where gloo aborts the process) its check's
+# gloo's words for it, and on PyTorch 2.4 (where gloo aborts the process) its check's
 _MISMATCH = ("Received data size doesn't match expected size", "op.preamble.length <= op.nbytes")
 
 

@@ -132,8 +132,8 @@ class Course:
         """The unit tests, then every notebook (errors only: lax nbval), on OLDEST_TORCH.
 
         Its own environment, .venv-oldest beside the venv, with the locks but PyTorch
-        OLDEST_TORCH. On Linux, PyPI's build of it is a CUDA build (about 2.5 GB with its NVIDIA
-        packages) that also runs on a CPU; PIP_INDEX_URL can point pip at a CPU-only index."""
+        OLDEST_TORCH. On Linux, PyPI's build of it is a CUDA build (5.5 GB in the venv with its
+        NVIDIA packages) that also runs on a CPU; PIP_INDEX_URL can name a CPU-only index."""
         old = Course(self.venv.with_name(self.venv.name + "-oldest"), self.dry_run)
         if not Path(old.py).exists():
             old.run(sys.executable, "-m", "venv", str(old.venv))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d2l_gpu.distributed import free_port, torch_version  # noqa: F401 - free_port re-exported
+from d2l_gpu.distributed import free_port  # noqa: F401 - re-exported for the tests
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,24 +38,29 @@ if os.environ.get("D2L_GPU_BROWSER") != "1":
 NEEDS_2_6 = ("fsdp", "fsdp-tp", "pipeline")  # --strategy values that refuse PyTorch < 2.6
 
 
+def _lacks(major: int, minor: int, what: str) -> str | None:
+    """The sentence require_torch raises for `what` on this PyTorch, or None if it has it."""
+    from d2l_gpu.distributed import NeedsNewerTorch, require_torch
+
+    try:
+        require_torch(major, minor, what)
+    except NeedsNewerTorch as e:
+        return str(e)
+    return None
+
+
 def newer_torch(major: int, minor: int, what: str):
     """A mark that skips a test of `what` on a PyTorch older than major.minor."""
-    import torch
-
-    return pytest.mark.skipif(
-        torch_version() < (major, minor),
-        reason=f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}",
-    )
+    reason = _lacks(major, minor, what)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
 def skip_strategies_this_torch_lacks(*strategies: str) -> None:
     """Skip the calling test if one of `strategies` needs a newer PyTorch than this one."""
-    import torch
-
     lacking = [s for s in strategies if s in NEEDS_2_6]
-    if lacking and torch_version() < (2, 6):
-        pytest.skip(f"--strategy {', '.join(lacking)} needs PyTorch 2.6 or newer; this is "
-                    f"{torch.__version__}")  # fmt: skip
+    reason = lacking and _lacks(2, 6, f"--strategy {', '.join(lacking)}")
+    if reason:
+        pytest.skip(reason)
 
 
 # --- nothing left behind: processes, namespaces, mounts, temporary files (tests/leftovers.py) ---

@@ -176,7 +176,8 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
     from torch.distributed.tensor.parallel import RowwiseParallel as Row
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
-    Replicate, Shard = dtensor_api().Replicate, dtensor_api().Shard  # noqa: N806
+    api = dtensor_api()
+    Replicate, Shard = api.Replicate, api.Shard  # noqa: N806
 
     _checks.module("parallelize_transformer: net", net, sequential=True)
     if not len(net) or not isinstance(net[0], nn.Embedding):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ...distributed import dtensor_api, full_tensor, torch_version
+from ...distributed import NeedsNewerTorch, dtensor_api, full_tensor, require_torch
 from ...models import init_every_layer
 from ..config import DTYPES, MODELS, Placement, TrainConfig, TrainError
 
@@ -47,10 +47,10 @@ def build_model(name: str, seed: int, device: torch.device, dtype=torch.float32)
 
 def needs_torch(major: int, minor: int, what: str) -> None:
     """Raise TrainError naming `what` unless PyTorch is at least major.minor."""
-    if torch_version() < (major, minor):
-        raise TrainError(
-            f"{what} needs PyTorch {major}.{minor} or newer; this is {torch.__version__}"
-        )
+    try:
+        require_torch(major, minor, what)
+    except NeedsNewerTorch as e:
+        raise TrainError(str(e)) from None
 
 
 class Strategy(ABC):
