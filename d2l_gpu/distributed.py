@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import _checks
+from .gloo import one_worker_thread
 from .processes import children, ended, parent_gone
 
 _STORE = None  # the store this process joined its group through; dropped by leave_group
@@ -148,7 +149,8 @@ def join_group(backend: str, device: torch.device, timeout_s: float = 1800) -> t
     timeout = timedelta(seconds=timeout_s)
     if "MASTER_ADDR" not in os.environ:  # a lone process: a group of one, no network
         _STORE = dist.HashStore()
-        dist.init_process_group(backend, store=_STORE, rank=0, world_size=1)
+        with one_worker_thread():  # its collectives let go of their tensors in order
+            dist.init_process_group(backend, store=_STORE, rank=0, world_size=1)
         return 0, 1
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])

@@ -44,6 +44,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .distributed import end_with_parent, leave_group, lost_contact, pick_backend
+from .gloo import one_worker_thread
 from .processes import pid_alive
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi", "xccl")
@@ -148,9 +149,10 @@ def _worker(rank, fn, world_size, args, store, backend, outdir, threads, env, ca
         # the imports' objects live until this process ends: collections skip them from now on
         # (a full collection, which a memory measurement makes, then takes 1 ms, not 80)
         gc.freeze()
-        dist.init_process_group(
-            backend, init_method=Path(store).as_uri(), rank=rank, world_size=world_size
-        )
+        with one_worker_thread():  # gloo's collectives let go of their tensors in order
+            dist.init_process_group(
+                backend, init_method=Path(store).as_uri(), rank=rank, world_size=world_size
+            )
         phase = "running"
         result = {"ok": fn(rank, world_size, *args)}
         phase = "leaving the group"
@@ -222,7 +224,8 @@ def run_workers(
     """Run `fn(rank, world_size, *args)` in `world_size` processes; return each rank's result.
 
     Shown in lessons 10-12. The processes meet through a file in a private temporary folder, so
-    no network port is opened for the rendezvous.
+    no network port is opened for the rendezvous. A gloo group runs one worker thread
+    (d2l_gpu.gloo): collectives one after the other, as the workers call them.
     """
     _check_arguments(fn, world_size, backend, timeout, threads)
     backend = pick_backend(world_size) if backend == "auto" else backend

@@ -3,6 +3,8 @@ equal to Adam on one device in float64, with the bytes of the tensors each rank 
 exactly, and the bytes it holds measured from the C heap within 2% of the formula (a rank that
 keeps a gathered weight or a whole gradient where no counted tensor shows it fails that)."""
 
+import contextlib
+import gc
 import math
 from dataclasses import replace
 
@@ -207,6 +209,66 @@ def test_held_bytes_measured_from_the_heap_match_the_formula(stage, leak):
         assert run["held_by"] == "the C heap (mallinfo2)"
         assert run["kept"] == formula  # the layers' tensors: the same with or without the bug
         assert (abs(run["held"] / formula - 1) < 0.02) == (leak is None), run["held"] / formula
+
+
+def finished_gather_held_by_a_barrier(rank, world):
+    """Rank 0 all-gathers a vector, sees it finish and drops it while a barrier called meanwhile
+    still waits for rank 1 (which joins only when told): gloo keeps the vector for that barrier.
+    Returns whether rank 0's vector was still alive then, and after measured_bytes' wait."""
+    import weakref
+
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    x, out = torch.ones(1000, dtype=F64), torch.empty(1000 * world, dtype=F64)
+    cpu = torch.device("cpu")
+    if rank == 1:
+        store.wait(["gathering"])
+        dist.all_gather_into_tensor(out, x)
+        store.wait(["dropped"])
+        dist.barrier()
+        footprint.measured_bytes(cpu)
+        return None
+    work = dist.all_gather_into_tensor(out, x, async_op=True)
+    dist.barrier(async_op=True)  # waits for rank 1, keeping the all-gather until it is freed
+    store.set("gathering", "1")
+    work.wait()
+    alive = weakref.ref(x)  # a tensor's Python object lives as long as C++ holds the tensor
+    del work, x, out
+    gc.collect()
+    before = alive() is not None
+    store.set("dropped", "1")
+    footprint.measured_bytes(cpu)
+    return before, alive() is not None
+
+
+def test_measured_bytes_waits_until_gloo_has_let_go_of_finished_collectives():
+    """The hazard is real (before: still held, so a heap reading then counts it; the negative
+    control) and measured_bytes' wait ends it, on run_workers' one-thread gloo group."""
+    before, after = run_workers(finished_gather_held_by_a_barrier, 2, backend="gloo")[0]
+    assert (before, after) == (True, False)
+
+
+def test_heap_is_not_read_where_gloo_runs_several_threads(monkeypatch):
+    """With PyTorch's default two gloo threads, a finished collective may still hold its tensors
+    when the ranks have met: the bytes are then counted (None here), never read from the heap."""
+    import torch.distributed as dist
+
+    from d2l_gpu import gloo
+    from d2l_gpu.distributed import leave_group
+
+    cpu = torch.device("cpu")
+    if footprint.heap_bytes() is None:
+        pytest.skip("this C library counts no heap bytes")
+    assert gloo.worker_threads() is None and footprint.measured_bytes(cpu) is not None
+    for one, threads in ((True, 1), (False, 2)):
+        with gloo.one_worker_thread() if one else contextlib.nullcontext():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            assert gloo.worker_threads() == threads
+            assert (footprint.measured_bytes(cpu) is not None) == one
+        finally:
+            leave_group()
 
 
 # --- FSDP2 -------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import _checks
+from .. import _checks, gloo
 from ..devices import synchronize
 from ..profiling import quiet_stderr
 
@@ -176,12 +176,19 @@ def heap_bytes() -> int | None:
 
 def measured_bytes(device: torch.device) -> int | None:
     """Bytes an allocator has handed out now: CUDA's on a GPU, the C heap's on a CPU
-    (`heap_bytes`); None where neither keeps a count. Other ranks are waited for first."""
+    (`heap_bytes`); None where neither keeps a count, or where gloo's worker threads may still
+    hold a finished collective's tensors (more than one: see d2l_gpu.gloo). Other ranks are
+    waited for first."""
+    _checks.device("measured_bytes: device", device)
     if dist.is_initialized():
-        dist.barrier()  # no rank is still inside a collective's buffers
-    if _checks.device("measured_bytes: device", device).type == "cuda":
+        # a one-number all-reduce, not a barrier: gloo's barrier keeps the collectives that are
+        # still running when it is called until it is freed itself, after we have woken up
+        dist.all_reduce(torch.zeros(1, device=device))
+    if device.type == "cuda":
         return allocated_bytes(device)
-    return heap_bytes() if device.type == "cpu" else None
+    if device.type != "cpu" or gloo.worker_threads() not in (None, 1):
+        return None
+    return heap_bytes()
 
 
 _WARMED: set[str] = set()  # the kinds of step this process has already run once
