@@ -7,7 +7,8 @@ as each rank that torchrun starts, never pays for matplotlib. `_NAMES` says wher
 Layout: the top level says the role, each subpackage holds one kind of thing.
 
     core (top level)  devices, models and gpt (every model, once), training, recipe,
-                      plotting, perf, profiling, distributed, workers, jobs, stopping, _fs, _live
+                      plotting, perf, profiling, distributed, gloo, workers, jobs, stopping,
+                      _fs, _live
     data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
     parallel/         one module per parallelism technique the lessons build (see its docstring)
     book/             the book's own names and classes (HyperParameters, Trainer, train_ch6, ...)
@@ -116,6 +117,7 @@ _NAMES = {
         "ps_push_pull",
         "ring_all_reduce",
     ],
+    "parallel.own_collective": ["own_all_reduce_worker"],
     "parallel.costmodel": [
         "AlphaBeta",
         "collective_worker",

@@ -8,6 +8,7 @@ floats; every rank must also end with the same bits as every other.
 import pytest
 import torch
 import torch.distributed as dist
+from answers import l12
 
 from d2l_gpu.parallel import collectives
 from d2l_gpu.workers import run_workers
@@ -124,3 +125,55 @@ def test_key_ranges_cover_every_key_once(numel, servers):
     assert max(sizes) - min(sizes) <= 1
     with pytest.raises(ValueError, match="at least 1"):
         collectives.key_ranges(4, 0)
+
+
+# --- a student's own all-reduce (lesson 12, exercise 5) ----------------------------------------
+
+# the exercise's right answer and a wrong one (tests/answers/l12.py), as functions
+BOTH_WAYS = "def both_ways(x, ranks):\n" + l12.BOTH_WAYS + "\n"
+IN_TWO_THREADS = "def in_two_threads(x, ranks):\n" + l12.TWO_THREADS + "\n"
+ONE_AFTER_THE_OTHER = """
+def one_after_the_other(x, ranks):
+    first, second = x.view(-1).tensor_split(2)
+    collectives.ring_all_reduce(first, ranks)
+    collectives.ring_all_reduce(second, ranks[::-1])
+"""
+ONE_RING = "def one_ring(x, ranks):\n    collectives.ring_all_reduce(x, ranks)\n"
+NOT_ANSWERED = "def starter(x, ranks):\n    return ...\n"
+
+
+def own_trials(rank, world, sources):
+    """own_all_reduce_worker for each source, one after the other, in one process group."""
+    from d2l_gpu.parallel.own_collective import own_all_reduce_worker
+
+    # only the wrong answers wait (wait_s): a right one never waits that long
+    return [
+        own_all_reduce_worker(rank, world, s, nbytes=4096, rounds=1, wait_s=0.5) for s in sources
+    ]
+
+
+def test_a_students_all_reduce_is_checked_counted_by_direction_and_timed():
+    """Both ways round, the right answer: exact, half the bytes each way, both ways at once,
+    from one thread. Plausible wrong ones differ: two threads (gloo copes, NCCL may not), one
+    way after the other (not at once), one ring (every byte to the right); the starter's ... is
+    told apart from an answer."""
+    sources = [BOTH_WAYS, IN_TWO_THREADS, ONE_AFTER_THE_OTHER, ONE_RING, NOT_ANSWERED]
+    both, threads, serial, ring, starter = run_workers(own_trials, 4, sources, backend="gloo")[0]
+    assert both["equal"] and both["at_once"] and both["threads"] == 1
+    assert all(0.45 < share < 0.55 for share in both["to_right"]), both["to_right"]
+    assert set(both["seconds"]) == {"one ring", "both ways"}
+    assert threads["equal"] and threads["at_once"] and threads["threads"] == 2
+    assert all(0.45 < share < 0.55 for share in threads["to_right"])
+    assert serial["equal"] and not serial["at_once"] and serial["threads"] == 1
+    assert all(0.45 < share < 0.55 for share in serial["to_right"])
+    assert ring["equal"] and not ring["at_once"] and ring["to_right"] == [1.0] * 4
+    assert starter is ...
+
+
+def test_a_students_all_reduce_needs_three_ranks_and_source_text():
+    from d2l_gpu.parallel.own_collective import own_all_reduce_worker
+
+    with pytest.raises(ValueError, match="own_all_reduce_worker: world"):
+        own_all_reduce_worker(0, 2, BOTH_WAYS)  # with two, both ways share one pair of ranks
+    with pytest.raises(TypeError, match=r"source must be the source text of a function f\(x"):
+        own_all_reduce_worker(0, 4, print)

@@ -7,6 +7,7 @@ same seeded model, keeps its own stage, and returns that stage's parameters afte
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -16,7 +17,7 @@ from torch.nn import functional as F
 from ..distributed import rank_device, require_torch
 from ..models import mlp
 from . import worker_args
-from .footprint import allocated_bytes, train_measured
+from .footprint import measured_bytes, tensor_bytes, train_measured, warm_up_once
 from .schedules import SCHEDULES, stage_backward, stage_forward
 from .splitting import split_stages
 from .workload import Workload
@@ -131,12 +132,17 @@ def pipeline_worker(
     """For each (schedule, micro-batches) in `runs`: train work's SGD steps, pipelined by hand.
 
     Returns per run: this stage's parameters, the losses (last rank), the events of the last
-    step, the bytes this rank held and its peak, and the median step time (`train_measured`).
+    step, the bytes this rank held (measured where an allocator counts them; `held_by` says from
+    what), those of the tensors it keeps (`kept`), its peak, and the median step time
+    (`train_measured`). The first run of a process is preceded by a throwaway one of two steps,
+    so that the runtime's lasting buffers are not counted as a stage's.
     """
     worker_args.pipeline(rank, world, work, runs)
     device = rank_device()
     X, y = work.data()
     job = (rank, world, work.widths, work.dtype, work.seed, device)
+    first, m = runs[0]
+    warm_up_once("pipeline", lambda: _one_run(job, first, m, X, y, 2, work.lr))
     return [_one_run(job, name, m, X, y, work.steps, work.lr) for name, m in runs]
 
 
@@ -145,7 +151,7 @@ def _one_run(job, name, m, X, y, steps, lr) -> dict:
     rank, world, widths, dtype, seed, device = job
     schedule = SCHEDULES[name](world, m)[rank]
     Xs, ys = X.tensor_split(m), y.tensor_split(m)
-    baseline = allocated_bytes(device)
+    baseline = measured_bytes(device)
     stage, shapes = _my_stage(rank, world, widths, dtype, seed, device)
 
     def step():
@@ -156,21 +162,20 @@ def _one_run(job, name, m, X, y, steps, lr) -> dict:
                 p.grad.zero_()
         return out
 
-    run = train_measured(step, steps, device, stage, baseline)
+    run = train_measured(step, steps, device, stage, baseline, measure=measured_bytes)
     return {
         "params": [p.detach().cpu().clone() for p in stage.parameters()],
         "losses": [loss for _, loss in run["outputs"]] if rank == world - 1 else [],
         "events": run["outputs"][-1][0],
-        "held": run["held"],
-        "peak": run["peak"],
-        "seconds": run["seconds"],
+        **{key: run[key] for key in ("held", "held_by", "kept", "peak", "seconds")},
     }
 
 
 def torch_pipeline_worker(
     rank: int, world: int, work: Workload, schedule: str = "1f1b", num_microbatches: int = 4
 ) -> dict:
-    """The same training with torch.distributed.pipelining's PipelineStage and schedules."""
+    """The same training with torch.distributed.pipelining's PipelineStage and schedules; as
+    pipeline_worker returns, and `buffers`, the bytes of the stage's receive buffers."""
     worker_args.torch_pipeline(rank, world, work, schedule, num_microbatches)
     require_torch(2, 6, "torch.distributed.pipelining (stages that infer their shapes)")
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -178,34 +183,53 @@ def torch_pipeline_worker(
     device = rank_device()
     X, y = work.data()
     X, y = X.to(device), y.to(device)
-    baseline = allocated_bytes(device)
-    net = mlp(list(work.widths), work.seed, work.dtype)
-    stage_module = split_stages(net, world)[rank].to(device)
-    steps, lr = work.steps, work.lr
-    stage = PipelineStage(stage_module, rank, world, device)
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
-    # each micro-batch's mean loss; the schedule divides the gradients by num_microbatches
-    sched = kind(stage, n_microbatches=num_microbatches, loss_fn=F.cross_entropy)
 
-    def step():
-        losses: list = []
-        if rank == 0:
-            sched.step(X)
-        elif rank == world - 1:
-            sched.step(target=y, losses=losses)
-        else:
-            sched.step()
-        with torch.no_grad():
-            for p in stage_module.parameters():
-                p -= lr * p.grad
-                p.grad.zero_()
-        return sum(x.item() for x in losses) / num_microbatches if losses else None
+    def run(steps: int, baseline) -> tuple:
+        """Build this rank's stage and its schedule, train `steps` steps, measured."""
+        stage_module = split_stages(mlp(list(work.widths), work.seed, work.dtype), world)[rank]
+        stage_module = stage_module.to(device)
+        stage = PipelineStage(stage_module, rank, world, device)
+        # each micro-batch's mean loss; the schedule divides the gradients by num_microbatches
+        sched = kind(stage, n_microbatches=num_microbatches, loss_fn=F.cross_entropy)
+        step = functools.partial(_torch_pipeline_step, sched, stage_module, X, y, rank, world,
+                                 num_microbatches, work.lr)  # fmt: skip
+        measured = train_measured(
+            step, steps, device, stage_module, baseline, measure=measured_bytes
+        )
+        return stage_module, {**measured, "buffers": _receive_buffer_bytes(stage)}
 
-    run = train_measured(step, steps, device, stage_module, baseline)
+    warm_up_once("torch-pipeline", lambda: run(2, None))  # see pipeline_worker
+    stage_module, result = run(work.steps, measured_bytes(device))
+    keys = ("held", "held_by", "kept", "buffers", "peak", "seconds")
     return {
         "params": [p.detach().cpu().clone() for p in stage_module.parameters()],
-        "losses": run["outputs"] if rank == world - 1 else [],
-        "held": run["held"],
-        "peak": run["peak"],
-        "seconds": run["seconds"],
+        "losses": result["outputs"] if rank == world - 1 else [],
+        **{key: result[key] for key in keys},
     }
+
+
+def _receive_buffer_bytes(stage) -> int:
+    """Bytes of the receive buffers a PipelineStage keeps from step to step (one per
+    micro-batch: activations on later stages, their gradients on earlier ones), counted."""
+    infos = [*getattr(stage, "args_recv_info", {}).values()]
+    infos += [*getattr(stage, "grad_recv_info", {}).values()]
+    flat = [r for info in infos for r in (info if isinstance(info, (tuple, list)) else [info])]
+    return tensor_bytes([getattr(r, "buffer", None) for r in flat])
+
+
+def _torch_pipeline_step(sched, stage_module, X, y, rank, world, num_microbatches, lr):
+    """One step of torch_pipeline_worker: the schedule's forward and backward, then SGD; the
+    mean loss of the micro-batches on the last rank, else None."""
+    losses: list = []
+    if rank == 0:
+        sched.step(X)
+    elif rank == world - 1:
+        sched.step(target=y, losses=losses)
+    else:
+        sched.step()
+    with torch.no_grad():
+        for p in stage_module.parameters():
+            p -= lr * p.grad
+            p.grad.zero_()
+    return sum(x.item() for x in losses) / num_microbatches if losses else None

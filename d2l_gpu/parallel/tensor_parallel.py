@@ -20,7 +20,7 @@ from ..data.toy import toy_images
 from ..distributed import dtensor_api, rank_device
 from ..models import lenet_sequential, mlp
 from . import worker_args
-from .footprint import CollectiveCounter, allocated_bytes, train_measured
+from .footprint import CollectiveCounter, measured_bytes, tensor_bytes, train_measured, warm_up_once
 from .workload import Workload
 
 
@@ -167,6 +167,17 @@ def full_parameters(net: nn.Module) -> list[torch.Tensor]:
     return out
 
 
+def _measured_training(kind: str, build, X, y, steps: int, lr: float, device) -> tuple:
+    """The model `build()` makes, trained by `_train` and measured (its held bytes from an
+    allocator where one counts them: `measured_bytes`); before the baseline, the first run of
+    `kind` in this process trains a throwaway model for two steps, so that the runtime's lasting
+    buffers (the math library's, gloo's) are not counted as the model's."""
+    warm_up_once(kind, lambda: _train(build(), X, y, 2, lr, device, None))
+    baseline = measured_bytes(device)
+    net = build()
+    return net, _train(net, X, y, steps, lr, device, baseline)
+
+
 def _train(net, X, y, steps, lr, device, baseline) -> dict:
     """SGD on the whole batch (every rank sees all of it), measured; one step's collectives."""
 
@@ -181,7 +192,11 @@ def _train(net, X, y, steps, lr, device, baseline) -> dict:
 
     with CollectiveCounter() as counter:  # the first step: what one step sends
         first = step()
-    run = train_measured(step, steps - 1, device, net, baseline) if steps > 1 else {"outputs": []}
+    run = (
+        train_measured(step, steps - 1, device, net, baseline, measure=measured_bytes)
+        if steps > 1
+        else {"outputs": [], "held": tensor_bytes(net), "kept": tensor_bytes(net)}
+    )
     extra = {"losses": [first, *run["outputs"]], "calls": counter.calls, "bytes": counter.bytes}
     return {**run, **extra}
 
@@ -191,7 +206,9 @@ def tensor_parallel_worker(rank: int, world: int, work: Workload, model: str = "
     convolutions and a Megatron pair of linear layers, on toy images, with work.widths None).
 
     Returns the full parameters after training (gathered), the losses, the median step time,
-    the collectives of one step and the bytes this rank allocated (peak, held).
+    the collectives of one step, the bytes this rank held after the first step (measured where an
+    allocator counts them; `held_by` says from what), those of the tensors it keeps (`kept`),
+    and its peak.
     """
     worker_args.tensor_parallel(rank, world, work, model)
     device = rank_device()
@@ -205,10 +222,12 @@ def tensor_parallel_worker(rank: int, world: int, work: Workload, model: str = "
     else:
         raise ValueError(f"model {model!r} is not known; use 'mlp' or 'lenet'")
     X, y = X.to(device), y.to(device)
-    baseline = allocated_bytes(device)
-    net = split(full.to(device), rank, world)
-    del full
-    run = _train(net, X, y, steps, lr, device, baseline)
+    full = full.to(device)
+
+    def build() -> nn.Sequential:  # from a copy: a split may reuse the layers it does not split
+        return split(copy.deepcopy(full), rank, world)
+
+    net, run = _measured_training(f"tp-{model}", build, X, y, steps, lr, device)
     return {"params": [p.cpu() for p in full_parameters(net)], **_summary(run)}
 
 
@@ -226,13 +245,15 @@ def torch_tensor_parallel_worker(rank: int, world: int, work: Workload) -> dict:
     mesh = init_device_mesh(device.type, (world,))
     X, y = work.data()
     X, y = X.to(device), y.to(device)
-    baseline = allocated_bytes(device)
-    net = mlp(list(work.widths), work.seed, work.dtype).to(device)
-    plan = {}
-    for i in range(0, len(net) - 2, 4):  # units i, i+2 form a pair (Linear, ReLU, Linear)
-        plan[str(i)], plan[str(i + 2)] = ColwiseParallel(), RowwiseParallel()
-    parallelize_module(net, mesh, plan)
-    run = _train(net, X, y, work.steps, work.lr, device, baseline)
+
+    def build() -> nn.Sequential:
+        net = mlp(list(work.widths), work.seed, work.dtype).to(device)
+        plan = {}
+        for i in range(0, len(net) - 2, 4):  # units i, i+2 form a pair (Linear, ReLU, Linear)
+            plan[str(i)], plan[str(i + 2)] = ColwiseParallel(), RowwiseParallel()
+        return parallelize_module(net, mesh, plan)
+
+    net, run = _measured_training("tp-dtensor", build, X, y, work.steps, work.lr, device)
     DTensor = dtensor_api().DTensor  # noqa: N806
     full = [p.full_tensor() if isinstance(p, DTensor) else p for p in net.parameters()]
     return {
@@ -244,5 +265,5 @@ def torch_tensor_parallel_worker(rank: int, world: int, work: Workload) -> dict:
 
 def _summary(run: dict) -> dict:
     """The parts of a measured run that a worker returns."""
-    keys = ("losses", "calls", "bytes", "held", "peak", "seconds")
+    keys = ("losses", "calls", "bytes", "held", "held_by", "kept", "peak", "seconds")
     return {key: run.get(key, float("nan")) for key in keys}

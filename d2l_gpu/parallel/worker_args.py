@@ -102,11 +102,7 @@ def zero(rank, world, work, stage, add_grad=None) -> None:
     _, _, batch_size = training("zero_worker", rank, world, work)
     zero_stage("zero_worker", stage)
     if add_grad is not None:
-        if not isinstance(add_grad, str) or "def " not in add_grad:
-            raise TypeError(
-                "zero_worker: add_grad must be the source text of a function f(layer, flat_grad), "
-                f"e.g. inspect.getsource(f); got {add_grad!r:.60}"
-            )
+        source("zero_worker: add_grad", add_grad, "f(layer, flat_grad)")
         if stage < 2:
             raise ValueError(
                 f"zero_worker: add_grad replaces how stages 2 and 3 keep a gradient shard; "
@@ -190,3 +186,28 @@ def overlap(rank, world, layer_bytes, compute_s, bucket_bytes, rounds) -> None:
     _checks.whole("overlap_worker: bucket_bytes", bucket_bytes, least=0)
     _checks.whole("overlap_worker: rounds", rounds)
     _group("overlap_worker", rank, world)
+
+
+def source(name: str, text, signature: str) -> None:
+    """Refuse anything but the source text of a function (what inspect.getsource returns)."""
+    if not isinstance(text, str) or "def " not in text:
+        raise TypeError(
+            f"{name} must be the source text of a function {signature}, e.g. "
+            f"inspect.getsource(f); got {text!r:.60}"
+        )
+
+
+def source_function(text: str, **names):
+    """The first function that the source `text` defines, compiled with torch, dist and `names`
+    at hand: how a worker runs a function written in a notebook."""
+    import ast
+    import textwrap
+
+    import torch
+    import torch.distributed as dist
+
+    tree = ast.parse(textwrap.dedent(text))
+    name = next(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
+    namespace = {"torch": torch, "dist": dist, **names}
+    exec(compile(tree, "<the notebook's function>", "exec"), namespace)  # noqa: S102
+    return namespace[name]

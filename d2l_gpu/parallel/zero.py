@@ -9,11 +9,9 @@ of the tensors it keeps (counted), and the collectives of one step.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import math
-import textwrap
 
 import torch
 import torch.distributed as dist
@@ -169,7 +167,7 @@ def zero_worker(
     widths, steps, lr, dtype, seed = work.widths, work.steps, work.lr, work.dtype, work.seed
     X, y = work.data()
     X, y = X.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
-    add = _function(add_grad) if add_grad is not None else None
+    add = worker_args.source_function(add_grad, F=F) if add_grad is not None else None
 
     def build() -> list[ShardedLayer]:
         layers = _layers(widths, stage, rank, world, dtype, seed, device)
@@ -204,11 +202,3 @@ def zero_stages_worker(
     for stage in _checks.items("zero_stages_worker: stages", stages):  # all, before the first
         worker_args.zero_stage("zero_stages_worker", stage)
     return [zero_worker(rank, world, work, stage, add_grad) for stage in stages]
-
-
-def _function(source: str):
-    """The first function that `source` defines, compiled with torch, dist and F at hand."""
-    name = next(n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
-    namespace = {"torch": torch, "dist": dist, "F": F}
-    exec(compile(textwrap.dedent(source), "<add_grad>", "exec"), namespace)  # noqa: S102
-    return namespace[name]

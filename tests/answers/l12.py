@@ -15,6 +15,29 @@ BUCKETS = """    sends, size = [0.0] * len(layer_bytes2), 0
             sends[i], size = costmodel.{send}, 0
     return costmodel.pipeline_time(compute2, sends)
 """
+BOTH_WAYS = """    me, k = dist.get_rank(), len(ranks)
+    rings = []  # per half: its chunks, our place in its order, its right and left neighbours
+    for half, order in zip(flat_view(x).tensor_split(2), (ranks, ranks[::-1])):
+        i = order.index(me)
+        rings.append((half.tensor_split(k), i, order[(i + 1) % k], order[(i - 1) % k]))
+    for t in range(k - 1):
+        incoming = [torch.empty_like(chunks[(i - t - 1) % k]) for chunks, i, _, _ in rings]
+        exchange(
+            [(chunks[(i - t) % k], right) for chunks, i, right, _ in rings],
+            [(buf, left) for buf, (_, _, _, left) in zip(incoming, rings)],
+        )
+        for buf, (chunks, i, _, _) in zip(incoming, rings):
+            chunks[(i - t - 1) % k].add_(buf)
+    for t in range(k - 1):
+        exchange(
+            [(chunks[(i + 1 - t) % k], right) for chunks, i, right, _ in rings],
+            [(chunks[(i - t) % k], left) for chunks, i, _, left in rings],
+        )  #"""
+TWO_THREADS = """    first, second = flat_view(x).tensor_split(2)
+    other = threading.Thread(target=collectives.ring_all_reduce, args=(second, ranks[::-1]))
+    other.start()
+    collectives.ring_all_reduce(first, ranks)
+    other.join()  #"""
 SPEED_UP = """    between = AlphaBeta(between_link.alpha, beta_between)
     flat = {flat}
     return flat / costmodel.hierarchical_time(inside_link, between, 2**20, 2, 2)  #"""
@@ -91,5 +114,12 @@ CASES = [
         right=Answer(replace=((TODO, "    return 2 * (k - 1) * link.time(nbytes / (2 * k))  #"),)),
         wrong=Answer(replace=((TODO, "    return costmodel.ring_time(link, nbytes, k) / 2  #"),)),
         why="half of the whole ring time, latency included",
+    ),
+    Case(
+        cell="def bidirectional_ring(x, ranks)",
+        context=SETUP,
+        right=Answer(replace=(("    return ...  # TODO", BOTH_WAYS),)),
+        wrong=Answer(replace=(("    return ...  # TODO", TWO_THREADS),)),
+        why="two ring_all_reduce calls in two threads: right on gloo, not to NCCL's rules",
     ),
 ]
