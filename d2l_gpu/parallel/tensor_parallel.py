@@ -192,11 +192,11 @@ def _train(net, X, y, steps, lr, device, baseline) -> dict:
 
     with CollectiveCounter() as counter:  # the first step: what one step sends
         first = step()
-    run = (
-        train_measured(step, steps - 1, device, net, baseline, measure=measured_bytes)
-        if steps > 1
-        else {"outputs": [], "held": tensor_bytes(net), "kept": tensor_bytes(net)}
-    )
+    if steps > 1:
+        run = train_measured(step, steps - 1, device, net, baseline, measure=measured_bytes)
+    else:  # no step after the first: the bytes are counted
+        kept = tensor_bytes(net)
+        run = {"outputs": [], "held": kept, "held_by": "the tensors kept (counted)", "kept": kept}
     extra = {"losses": [first, *run["outputs"]], "calls": counter.calls, "bytes": counter.bytes}
     return {**run, **extra}
 

@@ -8,6 +8,12 @@ process's own) is named at once, instead of failing deep inside PyTorch or hangi
 
 from __future__ import annotations
 
+import ast
+import textwrap
+
+import torch
+import torch.distributed as dist
+
 from .. import _checks
 from .collectives import TIMED
 from .schedules import SCHEDULES
@@ -200,12 +206,6 @@ def source(name: str, text, signature: str) -> None:
 def source_function(text: str, **names):
     """The first function that the source `text` defines, compiled with torch, dist and `names`
     at hand: how a worker runs a function written in a notebook."""
-    import ast
-    import textwrap
-
-    import torch
-    import torch.distributed as dist
-
     tree = ast.parse(textwrap.dedent(text))
     name = next(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
     namespace = {"torch": torch, "dist": dist, **names}
