@@ -40,6 +40,7 @@ CASES = [
     ("d2l.kill_worker('123', 1)", ValueError, "a pid and a rank >= 0, got '123', 1"),
     ("d2l.kill_worker(123, -1)", ValueError, "got 123, -1"),
     ("d2l.time_ops({'a': print}, rounds=0)", ValueError, "rounds >= 1 and warmup >= 0, got 0"),
+    ("d2l.time_ops({'a': print}, statistic='min')", TypeError, "statistic must be a function"),
     ("d2l.get_params(None, CPU)", TypeError, "a list of tensors, got NoneType"),
     ("d2l.make_step(seq(), None, nn.CrossEntropyLoss(), CPU)", TypeError, "torch.optim optimizer"),
     (

@@ -101,6 +101,11 @@ WORKERS = [
     ("d2l.pingpong_worker(0, 1, [8])", ValueError, "world must be a whole number >= 2, got 1"),
     ("d2l.pingpong_worker(0, 2, [8], 0)", ValueError, "rounds must be a whole number >= 1, got 0"),
     (
+        "d2l.pingpong_worker(0, 2, [8], 1, (0, 1), 'min')",
+        TypeError,
+        "statistic must be a function of a list of seconds, such as min or statistics.median",
+    ),
+    (
         "d2l.collective_worker(0, 2, [('rign', 2, 64)])",
         ValueError,
         "'two-level', 'ring step', got 'rign'",

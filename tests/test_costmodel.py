@@ -154,6 +154,29 @@ def _miss(times: dict) -> tuple[float, str]:
     return max(predicted / measured, measured / predicted), said
 
 
+STATISTICS = """
+import itertools, statistics, time
+import torch.distributed as dist
+from d2l_gpu.parallel.costmodel import time_ops
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+naps = itertools.cycle([0.001, 0.2, 0.05])  # any 3 rounds in a row: one of each
+ops = {"nap": lambda: time.sleep(next(naps))}
+for statistic in (min, statistics.median, max):
+    print(statistic.__name__, time_ops(ops, rounds=3, statistic=statistic)["nap"])
+dist.destroy_process_group()
+"""
+
+
+def test_time_ops_sums_the_rounds_up_with_the_statistic_asked_for():
+    """Lesson 12 keeps each size's cheapest round (statistic=min) where the median can mislead."""
+    out = subprocess.run(
+        [sys.executable, "-c", STATISTICS], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = {name: float(t) for name, t in (line.split() for line in out.stdout.splitlines())}
+    assert 0.001 <= got["min"] < 0.05 <= got["median"] < 0.2 <= got["max"], got  # 49 ms of slack
+
+
 def test_model_predicts_a_held_out_size():
     """A timing on a shared machine: a second measurement is taken only if the first misses
     (seen once, 2026-11-27, in a full unit run on the idle 2-core machine: the fitted bandwidth

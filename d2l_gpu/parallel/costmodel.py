@@ -154,9 +154,14 @@ def sync_device(device: torch.device) -> None:
 
 
 def time_ops(
-    ops: dict, rounds: int = 5, warmup: int = 1, group=None, device=None
+    ops: dict,
+    rounds: int = 5,
+    warmup: int = 1,
+    group=None,
+    device=None,
+    statistic=statistics.median,
 ) -> dict[object, float]:
-    """Median over `rounds` of the slowest rank's seconds for each op (lesson 12)."""
+    """Median (or `statistic`) over `rounds` of the slowest rank's seconds per op (lesson 12)."""
     # Every member of `group` calls it with the same ops. The ops take turns within each round
     # (interleaved), so a change in the machine's load hits all of them alike; a barrier before
     # each op starts the ranks together, and an op is done when its slowest rank is.
@@ -164,6 +169,8 @@ def time_ops(
         raise TypeError(f"time_ops needs a dict of name -> function of no arguments, got {ops!r}")
     if rounds < 1 or warmup < 0:
         raise ValueError(f"time_ops needs rounds >= 1 and warmup >= 0, got {rounds}, {warmup}")
+    if not callable(statistic):
+        raise TypeError(f"time_ops: statistic must be a function of a list, got {statistic!r}")
     device = device or torch.device("cpu")
     names = list(ops)
     times = torch.zeros(len(names), rounds, dtype=torch.float64)
@@ -177,15 +184,21 @@ def time_ops(
                 times[j, r] = time.perf_counter() - start
     slowest = times.to(device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
-    return {name: statistics.median(slowest[j].tolist()) for j, name in enumerate(names)}
+    return {name: statistic(slowest[j].tolist()) for j, name in enumerate(names)}
 
 
 def pingpong_worker(
-    rank: int, world_size: int, sizes: list[int], rounds: int = 5, pair: tuple = (0, 1)
+    rank: int,
+    world_size: int,
+    sizes: list[int],
+    rounds: int = 5,
+    pair: tuple = (0, 1),
+    statistic=statistics.median,
 ) -> dict:
     """Seconds of one message per size between the ranks of `pair`: half a ping-pong (lesson 12)."""
-    # Every rank calls it; the ranks outside `pair` only wait at the barriers.
-    worker_args.pingpong(rank, world_size, sizes, rounds, pair)
+    # Every rank calls it; the ranks outside `pair` only wait at the barriers. `statistic` sums up
+    # the rounds of each size: the median by default, `min` for the cheapest round.
+    worker_args.pingpong(rank, world_size, sizes, rounds, pair, statistic)
     device = rank_device(rank)
     first, second = pair
     ops, inner = {}, {}
@@ -203,7 +216,7 @@ def pingpong_worker(
                     dist.send(x, first)
 
         ops[n] = op
-    times = time_ops(ops, rounds, device=device)
+    times = time_ops(ops, rounds, device=device, statistic=statistic)
     return {n: t / (2 * inner[n]) for n, t in times.items()}
 
 

@@ -138,7 +138,7 @@ def even_batch(batch_size: int, world: int) -> None:
         raise ValueError(f"a batch of {batch_size} does not split evenly over {world} ranks")
 
 
-def pingpong(rank, world, sizes, rounds, pair) -> None:
+def pingpong(rank, world, sizes, rounds, pair, statistic=min) -> None:
     """pingpong_worker's arguments: two different ranks of the group, sizes in bytes."""
     _checks.ranks("pingpong_worker", rank, world, least=2)
     for n in _checks.items("pingpong_worker: sizes", sizes):
@@ -149,6 +149,11 @@ def pingpong(rank, world, sizes, rounds, pair) -> None:
         raise ValueError(
             f"pingpong_worker: pair must be two different ranks below {world} (the world size), "
             f"e.g. (0, 1), got {pair!r}"
+        )
+    if not callable(statistic):
+        raise TypeError(
+            f"pingpong_worker: statistic must be a function of a list of seconds, such as min or "
+            f"statistics.median, got {statistic!r}"
         )
     _group("pingpong_worker", rank, world)
 
