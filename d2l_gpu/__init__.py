@@ -221,6 +221,7 @@ _NAMES = {
         "step_collectives_worker",
         "train_mesh",
     ],
+    "parallel.mesh3d": ["gpipe_step", "mesh3d_worker", "predict_mesh3d", "stage_units"],
     "parallel.tensor_parallel": [
         "ChannelParallelConv2d",
         "ColumnParallelLinear",

@@ -190,6 +190,7 @@ def leaky_zero(rank, world, work, stage, leak):
     return zero.zero_worker(rank, world, work, stage)
 
 
+@newer_torch(2, 13, "held bytes read from the heap (gloo with one worker thread)")
 @pytest.mark.skipif(footprint.heap_bytes() is None, reason="this C library counts no heap bytes")
 @pytest.mark.parametrize(("stage", "leak"), [(0, None), (1, None), (2, None), (3, None),
                                              (2, "gradient"), (3, "gathered")])  # fmt: skip
@@ -242,6 +243,7 @@ def finished_gather_held_by_a_barrier(rank, world):
     return before, alive() is not None
 
 
+@newer_torch(2, 13, "held bytes read from the heap (gloo with one worker thread)")
 def test_measured_bytes_waits_until_gloo_has_let_go_of_finished_collectives():
     """The hazard is real (before: still held, so a heap reading then counts it; the negative
     control) and measured_bytes' wait ends it, on run_workers' one-thread gloo group."""
@@ -249,6 +251,7 @@ def test_measured_bytes_waits_until_gloo_has_let_go_of_finished_collectives():
     assert (before, after) == (True, False)
 
 
+@newer_torch(2, 13, "held bytes read from the heap (gloo with one worker thread)")
 def test_heap_is_not_read_where_gloo_runs_several_threads(monkeypatch):
     """With PyTorch's default two gloo threads, a finished collective may still hold its tensors
     when the ranks have met: the bytes are then counted (None here), never read from the heap."""
@@ -269,6 +272,29 @@ def test_heap_is_not_read_where_gloo_runs_several_threads(monkeypatch):
             assert (footprint.measured_bytes(cpu) is not None) == one
         finally:
             leave_group()
+
+
+def test_a_pytorch_not_checked_with_one_gloo_thread_keeps_the_default_and_counts():
+    """Where one worker thread has not been checked (ONE_THREAD_SINCE; PyTorch 2.4.1 crashed in
+    the profiler with it), one_worker_thread does nothing and held bytes are counted."""
+    import torch.distributed as dist
+
+    from d2l_gpu import gloo
+    from d2l_gpu.distributed import leave_group
+
+    cpu = torch.device("cpu")
+    checked = gloo.ONE_THREAD_SINCE
+    try:
+        gloo.ONE_THREAD_SINCE = (99, 0)
+        with gloo.one_worker_thread():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            assert gloo.worker_threads() != 1
+            assert footprint.measured_bytes(cpu) is None
+        finally:
+            leave_group()
+    finally:
+        gloo.ONE_THREAD_SINCE = checked
 
 
 # --- FSDP2 -------------------------------------------------------------------------------------

@@ -186,7 +186,7 @@ def measured_bytes(device: torch.device) -> int | None:
         dist.all_reduce(torch.zeros(1, device=device))
     if device.type == "cuda":
         return allocated_bytes(device)
-    if device.type != "cpu" or gloo.worker_threads() not in (None, 1):
+    if device.type != "cpu" or (dist.is_initialized() and gloo.worker_threads() != 1):
         return None
     return heap_bytes()
 

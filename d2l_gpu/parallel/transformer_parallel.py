@@ -160,7 +160,8 @@ def full_transformer_parameters(net: nn.Module) -> list[torch.Tensor]:
 
 
 def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -> nn.Sequential:
-    """Split `net` (from d2l.transformer) over a 1-D mesh with parallelize_module, in place.
+    """Split `net` (from d2l.transformer, or without sequence parallelism a pipeline stage of
+    one: a run of its units holding a block) over a 1-D mesh with parallelize_module, in place.
 
     Each TransformerBlock becomes a HeadParallelBlock with regrouped qkv rows, so that
     ColwiseParallel's contiguous split gives each rank its heads' q, k and v; proj and fc2 are
@@ -180,7 +181,8 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
     Replicate, Shard = api.Replicate, api.Shard  # noqa: N806
 
     _checks.module("parallelize_transformer: net", net, sequential=True)
-    if not len(net) or not isinstance(net[0], nn.Embedding):
+    stage = not sequence_parallel and any(isinstance(u, TransformerBlock) for u in net)
+    if not stage and (not len(net) or not isinstance(net[0], nn.Embedding)):
         first = type(net[0]).__name__ if len(net) else "nothing"
         raise TypeError(
             f"parallelize_transformer: net must come from d2l.transformer(...), which starts "
