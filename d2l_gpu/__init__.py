@@ -118,6 +118,7 @@ _NAMES = {
         "ring_all_reduce",
     ],
     "parallel.own_collective": ["own_all_reduce_worker"],
+    "parallel.own_stage": ["own_stage_worker"],
     "parallel.costmodel": [
         "AlphaBeta",
         "collective_worker",

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import hashlib
 import multiprocessing.util
@@ -91,6 +92,10 @@ def pytest_sessionfinish(session, exitstatus):
     if _LEFTOVERS not in session.config.stash:
         return
     token, tmp, before = session.config.stash[_LEFTOVERS]
+    # a lesson's cells run by a test (lesson 4's `workdir = tempfile.TemporaryDirectory()`) sit in
+    # reference cycles (a function's globals are its namespace): their folders go when the cycle
+    # is collected, which without this happened at a random later time (once after this check)
+    gc.collect()
     found = leftovers.wait_until_clean(before, token, tmp)
     if found:
         print("\nThe tests left these behind (tests/leftovers.py):", file=sys.stderr)

@@ -36,6 +36,25 @@ ZIP_PARTS = "zip(dY.chunk(3, 1), W.chunk(3, 0), strict=True)"
 PARTS_RIGHT = f"grad_parts = [d @ w for d, w in {ZIP_PARTS}]"
 PARTS_WRONG = f"grad_parts = [d @ w / 3 for d, w in {ZIP_PARTS}]"
 NORM = "torch.linalg.norm"
+STAGE_STEP = """    if rank == 0:
+        h = X
+    else:
+        h = torch.empty(len(X), width, dtype=X.dtype, device=X.device)
+        dist.recv(h, rank - 1)
+        h.requires_grad_()
+    out = stage(h)
+    loss = None
+    if rank == world - 1:
+        loss = F.cross_entropy(out, y{})
+        loss.backward()
+    else:
+        dist.send(out.detach(), rank + 1)
+        grad = torch.empty_like(out)
+        dist.recv(grad, rank + 1)
+        out.backward(grad)
+    if rank > 0:
+        dist.send(h.grad, rank - 1)
+    return loss"""
 
 CASES = [
     Case(
@@ -95,5 +114,12 @@ CASES = [
             replace=(("own_error = ...", f"own_error = {NORM}(grad_parts[0]) / {NORM}(X4.grad)"),),
         ),
         why="the size of rank 0's part, not its error",
+    ),
+    Case(
+        cell="def stage_step(stage, X, y, rank, world, width)",
+        context=SETUP,
+        right=Answer(replace=(("    return ...  # TODO", STAGE_STEP.format("")),)),
+        wrong=Answer(replace=(("    return ...  # TODO", STAGE_STEP.format(', reduction="sum"')),)),
+        why="the loss summed over the batch, not averaged: every gradient 8 times too large",
     ),
 ]
