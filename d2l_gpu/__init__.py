@@ -50,7 +50,7 @@ _NAMES = {
         "try_gpu",
     ],
     "distributed": ["free_port", "pick_backend", "rank_device", "torch_at_least"],
-    "jobs": ["kill_worker", "launch", "launch_and_kill", "run_job"],
+    "jobs": ["kill_worker", "launch", "launch_and_kill", "launch_nodes", "run_job"],
     "models": [
         "LeNet",
         "Residual",

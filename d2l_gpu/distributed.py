@@ -244,7 +244,9 @@ def lost_contact(error: BaseException) -> bool:
     )  # fmt: skip
 
 
-def local_torchrun(nproc: int | None, *options: str, folder=None) -> tuple[list[str], dict]:
+def local_torchrun(
+    nproc: int | None, *options: str, folder=None, rdzv_conf: dict | None = None
+) -> tuple[list[str], dict]:
     """(command, extra environment) of torchrun for `nproc` workers on this machine, private.
 
     Shown in lesson 7 (with nproc None, `options` carry `--nproc-per-node N` themselves). The
@@ -252,8 +254,10 @@ def local_torchrun(nproc: int | None, *options: str, folder=None) -> tuple[list[
     binds the job's store to 127.0.0.1, so nothing listens on the network. The file lives in
     `folder`, and so do torchrun's per-job log folders (`--log-dir`), so removing `folder` leaves
     nothing behind; without `folder`, torchrun makes both in the temporary folder and never removes
-    them.
+    them. `rdzv_conf` adds settings of the rendezvous (e.g. {"last_call_timeout": 15}: how long an
+    elastic job waits for more machines once it has its minimum).
     """
+    conf = ",".join(f"{k}={v}" for k, v in {"store_type": "file", **(rdzv_conf or {})}.items())
     where = []
     if folder is not None:
         job = os.urandom(6).hex()
@@ -261,7 +265,7 @@ def local_torchrun(nproc: int | None, *options: str, folder=None) -> tuple[list[
                  "--log-dir", str(Path(folder) / "torchrun-logs")]  # fmt: skip
     count = [] if nproc is None else ["--nproc-per-node", str(nproc)]
     cmd = [sys.executable, "-m", "torch.distributed.run", *count, "--rdzv-backend", "c10d",
-           "--rdzv-conf", "store_type=file", *where, "--local-addr", "127.0.0.1",
+           "--rdzv-conf", conf, *where, "--local-addr", "127.0.0.1",
            *options]  # fmt: skip
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     if Path("/sys/class/net/lo").exists():

@@ -22,7 +22,7 @@ from . import _checks
 from .distributed import worker_pids
 from .processes import kill_tree
 
-__all__ = ["Finished", "kill_worker", "launch", "launch_and_kill", "run_job"]
+__all__ = ["Finished", "kill_worker", "launch", "launch_and_kill", "launch_nodes", "run_job"]
 
 
 @dataclass(frozen=True)
@@ -152,3 +152,65 @@ def launch_and_kill(
     _checks.whole("launch_and_kill: rank", rank, least=0)
     _checks.callable_("launch_and_kill: when", when)
     return run_job(cmd, cwd=cwd, env=env, timeout=timeout, kill_rank=rank, when=when).output
+
+
+def launch_nodes(
+    cmds: Sequence[Sequence[str]],
+    leaving: int,
+    when: Callable[[str], bool],
+    *,
+    cwd=None,
+    env=None,
+    timeout: float = 300.0,
+) -> list[Finished]:
+    """Run the commands at once, one torchrun agent each, as the machines ("nodes") of one job;
+    once `when(everything printed so far)` holds, switch machine `leaving` off (SIGKILL to its
+    agent and workers at once) and run the others to their end; what each did, in order.
+
+    Shown in lesson 7: with `--nnodes 1:2` the remaining agent re-forms the job without the
+    machine that left. Raises TimeoutError past `timeout` seconds, like `run_job`."""
+    for cmd in _checks.items("launch_nodes: cmds", cmds, least=2):
+        _check_cmd("launch_nodes", cmd)
+    _checks.whole("launch_nodes: leaving", leaving, least=0, most=len(cmds) - 1)
+    _checks.callable_("launch_nodes: when", when)
+    if not timeout > 0:
+        raise ValueError(
+            f"launch_nodes: timeout must be a positive number of seconds, not {timeout!r}"
+        )
+    procs, chunks, readers = [], [], []
+    for cmd in cmds:
+        procs.append(subprocess.Popen(
+            list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", start_new_session=True,
+        ))  # fmt: skip
+        chunks.append([])
+        lines = iter(procs[-1].stdout.readline, "")
+        readers.append(threading.Thread(target=chunks[-1].extend, args=(lines,)))
+        readers[-1].start()
+    switched_off, late = False, False
+    try:
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs) and not late:
+            if not switched_off and when("".join(line for c in chunks for line in c)):
+                _kill_group(procs[leaving])  # the agent and its workers, like a power cut
+                switched_off = True
+            late = time.monotonic() > deadline
+            time.sleep(0.005 if not switched_off else 0.05)
+    finally:
+        for proc, reader in zip(procs, readers, strict=True):
+            _kill_group(proc)
+            proc.wait()
+            reader.join(timeout=30)
+            proc.stdout.close()
+    outputs = ["".join(c) for c in chunks]
+    if late:
+        tail = "\n".join(outputs[0].splitlines()[-20:])
+        raise TimeoutError(
+            f"launch_nodes: the {len(cmds)} machines did not end within {timeout:g} s and were "
+            f"killed; pass a larger timeout= if they are just slow. The first one's last output:\n"
+            f"{tail}"
+        )
+    return [
+        Finished(p.returncode, out, switched_off and i == leaving)
+        for i, (p, out) in enumerate(zip(procs, outputs, strict=True))
+    ]

@@ -106,3 +106,27 @@ def test_an_error_sentence_is_one_write(monkeypatch, tmp_path):
     recorder.write = lambda s: calls.append(s) or len(s)
     print("a sentence", file=recorder)
     assert calls == ["a sentence", "\n"]
+
+
+LEAVES = "import time; time.sleep(120)"  # a machine that would run long, switched off instead
+STAYS = "import time; print('checkpoint written', flush=True); time.sleep(0.5); print('done')"
+
+
+def test_a_machine_is_switched_off_on_the_event_and_the_other_runs_to_its_end():
+    """launch_nodes (lesson 7): the kill is decided by a line either machine prints."""
+    stays, leaves = jobs.launch_nodes(
+        [[sys.executable, "-c", STAYS], [sys.executable, "-c", LEAVES]],
+        leaving=1,
+        when=lambda out: "checkpoint written" in out,
+        timeout=60,
+    )
+    assert leaves.killed and leaves.returncode != 0  # killed long before its two minutes
+    assert not stays.killed and stays.returncode == 0 and "done" in stays.output
+
+
+def test_launch_nodes_refuses_one_machine_and_a_machine_it_has_not():
+    one = [[sys.executable, "-c", "pass"]]
+    with pytest.raises(ValueError, match="cmds must hold at least 2 item"):
+        jobs.launch_nodes(one, 0, lambda out: True)
+    with pytest.raises(ValueError, match="leaving must be a whole number from 0 to 1, got 2"):
+        jobs.launch_nodes(one * 2, 2, lambda out: True)
