@@ -3,39 +3,21 @@ one device does and sends each activation forward and its gradient back once per
 wrong ones are refused: a received activation without requires_grad_ (a sentence, no hang), the
 loss summed instead of averaged, a gradient never sent back (a receive that gives up, no hang)."""
 
+from answers import l10
+
 from d2l_gpu.parallel import workload
 from d2l_gpu.parallel.own_stage import own_stage_worker
 from d2l_gpu.workers import run_workers
 
 WORK = workload.Workload(widths=(8, 16, 16, 4), steps=3, batch_size=6)
 
-STAGE_STEP = """
-def stage_step(stage, X, y, rank, world, width):
-    if rank == 0:
-        h = X
-    else:
-        h = torch.empty(len(X), width, dtype=X.dtype)
-        dist.recv(h, rank - 1)
-        h.requires_grad_()
-    out = stage(h)
-    loss = None
-    if rank == world - 1:
-        loss = F.cross_entropy(out, y{reduction})
-        loss.backward()
-    else:
-        dist.send(out.detach(), rank + 1)
-        grad = torch.empty_like(out)
-        dist.recv(grad, rank + 1)
-        out.backward(grad)
-    if rank > 0{and_back}:
-        dist.send(h.grad, rank - 1)
-    return loss
-"""
-RIGHT = STAGE_STEP.format(reduction="", and_back="")
-SUMMED = STAGE_STEP.format(reduction=', reduction="sum"', and_back="")
+HEADER = "def stage_step(stage, X, y, rank, world, width):\n"
+RIGHT = HEADER + l10.STAGE_STEP.format("") + "\n"
+SUMMED = HEADER + l10.STAGE_STEP.format(', reduction="sum"') + "\n"
 NO_GRAD = RIGHT.replace("        h.requires_grad_()\n", "")
-NEVER_BACK = STAGE_STEP.format(reduction="", and_back=" and rank < world - 1")
-STARTER = "def stage_step(stage, X, y, rank, world, width):\n    return ...\n"
+NEVER_BACK = RIGHT.replace("    if rank > 0:\n", "    if rank > 0 and rank < world - 1:\n")
+assert NO_GRAD != RIGHT != NEVER_BACK  # each mistake is really made
+STARTER = HEADER + "    return ...\n"
 
 
 def trials(rank, world, sources):
