@@ -29,7 +29,7 @@ ONE_THREAD_SINCE = (2, 13)
 def one_thread_checked() -> bool:
     """Whether this PyTorch is one on which `one_worker_thread` has been checked."""
     version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-    return version >= ONE_THREAD_SINCE
+    return version >= ONE_THREAD_SINCE  # not distributed.torch_version: that module imports this
 
 
 @contextlib.contextmanager

@@ -76,6 +76,26 @@ def _kill_group(proc: subprocess.Popen) -> None:
     kill_tree(proc)
 
 
+def _started(cmd, cwd, env) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """`cmd` started in a process group of its own, with a thread collecting its output lines."""
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace", start_new_session=True,
+    )  # fmt: skip
+    chunks: list[str] = []
+    reader = threading.Thread(target=chunks.extend, args=(iter(proc.stdout.readline, ""),))
+    reader.start()
+    return proc, chunks, reader
+
+
+def _ended(proc: subprocess.Popen, reader: threading.Thread) -> None:
+    """Kill what is left of `proc`'s group, wait for it and for the last of its output."""
+    _kill_group(proc)
+    proc.wait()
+    reader.join(timeout=30)
+    proc.stdout.close()
+
+
 def run_job(
     cmd: Sequence[str],
     *,
@@ -98,13 +118,7 @@ def run_job(
         _checks.whole("run_job: kill_rank", kill_rank, least=0)
     if not timeout > 0:
         raise ValueError(f"run_job: timeout must be a positive number of seconds, not {timeout!r}")
-    proc = subprocess.Popen(
-        list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, errors="replace", start_new_session=True,
-    )  # fmt: skip
-    chunks: list[str] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stdout.readline, "")))
-    reader.start()
+    proc, chunks, reader = _started(cmd, cwd, env)
     killed, late = False, False
     try:
         deadline = time.monotonic() + timeout
@@ -114,10 +128,7 @@ def run_job(
             late = time.monotonic() > deadline
             time.sleep(0.005 if when is not None and not killed else 0.05)
     finally:  # whatever happened: no worker survives the call
-        _kill_group(proc)
-        proc.wait()
-        reader.join(timeout=30)
-        proc.stdout.close()
+        _ended(proc, reader)
     output = "".join(chunks)
     if late:
         tail = "\n".join(output.splitlines()[-20:])
@@ -177,16 +188,7 @@ def launch_nodes(
         raise ValueError(
             f"launch_nodes: timeout must be a positive number of seconds, not {timeout!r}"
         )
-    procs, chunks, readers = [], [], []
-    for cmd in cmds:
-        procs.append(subprocess.Popen(
-            list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", start_new_session=True,
-        ))  # fmt: skip
-        chunks.append([])
-        lines = iter(procs[-1].stdout.readline, "")
-        readers.append(threading.Thread(target=chunks[-1].extend, args=(lines,)))
-        readers[-1].start()
+    procs, chunks, readers = zip(*(_started(cmd, cwd, env) for cmd in cmds), strict=True)
     switched_off, late = False, False
     try:
         deadline = time.monotonic() + timeout
@@ -198,10 +200,7 @@ def launch_nodes(
             time.sleep(0.005 if not switched_off else 0.05)
     finally:
         for proc, reader in zip(procs, readers, strict=True):
-            _kill_group(proc)
-            proc.wait()
-            reader.join(timeout=30)
-            proc.stdout.close()
+            _ended(proc, reader)
     outputs = ["".join(c) for c in chunks]
     if late:
         tail = "\n".join(outputs[0].splitlines()[-20:])

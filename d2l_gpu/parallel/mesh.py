@@ -202,20 +202,27 @@ def predict_mesh(work: TransformerWorkload, dp: int, tp: int) -> dict:
     layer are not split by TP (replicated over tp), only sharded over dp.
     """
     dp, tp = check_mesh("predict_mesh", dp * tp, dp, tp)
-    size = torch.finfo(work.dtype).bits // 8
+    held = predicted_held("predict_mesh", work.model(), dp, tp)
+    # FSDP calls no reduce-scatter on a dp mesh of one rank (nothing to reduce)
+    return {"held": held, "reduce_scatter": held * dp if dp > 1 else 0}
+
+
+def predicted_held(caller: str, units, dp: int, tp: int) -> int:
+    """Parameter bytes one rank holds of `units` (a d2l.transformer or a run of its units): each
+    block's split layers divided by tp, then everything by dp; a ValueError where one does not
+    divide evenly."""
     held = 0
-    for unit in work.model():
+    for unit in units:
         for name, p in unit.named_parameters():
             shape = list(p.shape)
             if name in TP_DIM and isinstance(unit, TransformerBlock):
                 if shape[TP_DIM[name]] % tp:
-                    raise ValueError(f"predict_mesh: {name} {tuple(p.shape)} does not split by tp")
+                    raise ValueError(f"{caller}: {name} {tuple(p.shape)} does not split by tp")
                 shape[TP_DIM[name]] //= tp
             if shape[0] % dp:
-                raise ValueError(f"predict_mesh: {name} {tuple(p.shape)} does not split by dp")
-            held += math.prod(shape) // dp * size
-    # FSDP calls no reduce-scatter on a dp mesh of one rank (nothing to reduce)
-    return {"held": held, "reduce_scatter": held * dp if dp > 1 else 0}
+                raise ValueError(f"{caller}: {name} {tuple(p.shape)} does not split by dp")
+            held += math.prod(shape) // dp * p.element_size()
+    return held
 
 
 def save_sharded(net: nn.Module, path: str, tp: int) -> None:

@@ -24,8 +24,6 @@ no rank waits for a message its peer has not posted, and a tensor being sent sta
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -35,7 +33,7 @@ from .. import _checks
 from ..distributed import rank_device, require_torch
 from ..gpt import TransformerBlock
 from .footprint import CollectiveCounter
-from .mesh import TP_DIM, held_bytes, split_over_mesh
+from .mesh import held_bytes, predicted_held, split_over_mesh
 from .transformer_parallel import full_transformer_parameters
 from .workload import TransformerWorkload
 
@@ -157,16 +155,8 @@ def predict_mesh3d(work: TransformerWorkload, pp: int, dp: int, tp: int, m: int 
     """Per stage, the parameter bytes one of its ranks holds ("held"); and the bytes one rank
     sends to the next stage in a step, which are also what comes back ("sent")."""
     pp, dp, tp, m = check_layout("predict_mesh3d", work, pp, dp, tp, m)
+    net = work.model()
+    held = [predicted_held("predict_mesh3d", stage_units(net, pp, s), dp, tp) for s in range(pp)]
     size = torch.finfo(work.dtype).bits // 8
-    held = []
-    for s in range(pp):
-        total = 0
-        for unit in stage_units(work.model(), pp, s):
-            for name, p in unit.named_parameters():
-                shape = list(p.shape)
-                if name in TP_DIM and isinstance(unit, TransformerBlock):
-                    shape[TP_DIM[name]] //= tp
-                total += math.prod(shape) // dp * size
-        held.append(total)
     sent = work.batch_size // dp * work.seq_len * work.d_model * size  # m micro-batches in all
     return {"held": held, "sent": sent if pp > 1 else 0}

@@ -138,7 +138,7 @@ def even_batch(batch_size: int, world: int) -> None:
         raise ValueError(f"a batch of {batch_size} does not split evenly over {world} ranks")
 
 
-def pingpong(rank, world, sizes, rounds, pair, statistic=min) -> None:
+def pingpong(rank, world, sizes, rounds, pair, statistic) -> None:
     """pingpong_worker's arguments: two different ranks of the group, sizes in bytes."""
     _checks.ranks("pingpong_worker", rank, world, least=2)
     for n in _checks.items("pingpong_worker: sizes", sizes):
