@@ -223,6 +223,7 @@ _NAMES = {
         "train_mesh",
     ],
     "parallel.mesh3d": ["gpipe_step", "mesh3d_worker", "predict_mesh3d", "stage_units"],
+    "parallel.sync_batchnorm": ["GlobalBatchNorm", "sync_batchnorm"],
     "parallel.tensor_parallel": [
         "ChannelParallelConv2d",
         "ColumnParallelLinear",

@@ -446,3 +446,13 @@ def test_readme_class_times_follow_its_own_rate():
         assert said >= need - 5, said_so
         if need > 95:
             assert "lab" in m.group(4), f"lesson {m.group(1)} takes {need:.0f} min: say the split"
+
+
+def test_chinese_readme_states_the_same_class_times():
+    """The Chinese README had kept lesson 7's, 12's and 14's minutes after the English changed."""
+    row = r"^\| (\d+) \|.*\| {}(\d+) {}"
+    english = (ROOT / "README.md").read_text(encoding="utf-8")
+    chinese = (ROOT / "docs" / "zh" / "README.md").read_text(encoding="utf-8")
+    en = dict(re.findall(row.format("~", "min"), english, re.M))
+    zh = dict(re.findall(row.format("约 ", "分钟"), chinese, re.M))
+    assert len(en) == len(LESSONS) and zh == en

@@ -119,35 +119,3 @@ def test_flags_that_mean_nothing_for_the_model_refused(extra, message, capsys):
     with pytest.raises(SystemExit) as stop:
         train.parse_args(extra)
     assert stop.value.code == 2 and message in capsys.readouterr().err
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA devices")
-def test_sync_bn_on_cpu_processes_refused_before_training(lone, capsys):
-    """SyncBatchNorm has no CPU implementation: one sentence, exit 2, no epoch started."""
-    args = ["--model", "resnet18", "--epochs", "1", "--limit", "64", "--batch-size", "32"]
-    assert train.main([*args, "--sync-bn"]) == 2
-    err = capsys.readouterr().err
-    assert "--sync-bn needs a CUDA GPU per rank" in err and "Traceback" not in err
-    assert "epoch 1" not in err
-
-
-def test_sync_bn_makes_every_batchnorm_a_sync_batchnorm(monkeypatch):
-    """What --sync-bn changes in the model DDP wraps. DDP itself refuses SyncBatchNorm on a CPU,
-    so it is replaced here by the model itself: only the conversion is tested."""
-    from torch import nn
-
-    from d2l_gpu.train.config import Placement
-    from d2l_gpu.train.strategies import ddp as ddp_strategy
-    from d2l_gpu.train.strategies.base import build_model
-
-    monkeypatch.setattr(ddp_strategy, "DistributedDataParallel", lambda net, **_: net)
-    cpu, counts = torch.device("cpu"), {}
-    for sync in (False, True):
-        cfg = train.TrainConfig(model="resnet18", sync_bn=sync)
-        net = build_model("resnet18", 0, cpu)
-        ddp_strategy.DDPStrategy(net, cfg, Placement(0, 1, cpu))
-        counts[sync] = [
-            sum(isinstance(m, kind) for m in net.modules())
-            for kind in (nn.SyncBatchNorm, nn.BatchNorm2d)
-        ]
-    assert counts[False] == [0, 17] and counts[True] == [17, 0]

@@ -2,6 +2,7 @@
 PyTorch's APIs:
 
 data_parallel.py   data parallelism from scratch (lesson 5)
+sync_batchnorm.py  BatchNorm over every rank's examples, on any device (--sync-bn; lesson 7)
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)

@@ -92,8 +92,8 @@ class TrainConfig:
     )
     sync_bn: bool = flag(
         False,
-        "BatchNorm statistics over the whole global batch, not each rank's part (SyncBatchNorm; "
-        "--strategy ddp on CUDA GPUs)",
+        "BatchNorm statistics over the whole global batch, not each rank's part (--strategy ddp; "
+        "PyTorch's SyncBatchNorm on CUDA GPUs, the course's GlobalBatchNorm elsewhere)",
         action=argparse.BooleanOptionalAction,
     )
     dtype: str = flag("float32", "", choices=list(DTYPES))

@@ -157,12 +157,6 @@ def train(cfg: TrainConfig) -> None:
         device, backend = device_and_backend(local_rank, local_world, cfg.backend)
     except ValueError as e:  # --backend nccl without a GPU per rank
         raise TrainError(str(e)) from e
-    if cfg.sync_bn and device.type != "cuda":
-        raise TrainError(
-            f"--sync-bn needs a CUDA GPU per rank, and this job runs on {device.type}: PyTorch's "
-            "SyncBatchNorm has no CPU implementation. Leave out --sync-bn (each rank then "
-            "normalises its own part of every batch)"
-        )
     if device.type == "cuda":
         torch.cuda.set_device(device)
         # deterministic convolutions: a resumed job must repeat the uninterrupted one exactly

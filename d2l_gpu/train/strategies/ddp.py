@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ...parallel.sync_batchnorm import sync_batchnorm
 from .base import Strategy
 
 __all__ = ["DDPStrategy"]
@@ -17,10 +18,10 @@ class DDPStrategy(Strategy):
     name = "ddp"
 
     def wrap(self, net: nn.Module) -> nn.Module:
-        """DDP around `net`; with --sync-bn its BatchNorm layers become SyncBatchNorm first."""
-        if self.cfg.sync_bn:  # each layer's mean and variance over every rank's part of a batch
-            net = nn.SyncBatchNorm.convert_sync_batchnorm(net)  # in place inside a container
+        """DDP around `net`; with --sync-bn its BatchNorm layers are synchronised first."""
         device = self.device
+        if self.cfg.sync_bn:  # each layer's mean and variance over every rank's part of a batch
+            net = sync_batchnorm(net, device)  # SyncBatchNorm on CUDA, GlobalBatchNorm elsewhere
         return DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None
         )
