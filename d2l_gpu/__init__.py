@@ -119,6 +119,8 @@ _NAMES = {
     ],
     "parallel.own_collective": ["own_all_reduce_worker"],
     "parallel.own_stage": ["own_stage_worker"],
+    "parallel.overlap": ["backward_overlap_worker", "layer_stack"],
+    "parallel.server_steps": ["server_step_worker"],
     "parallel.costmodel": [
         "AlphaBeta",
         "collective_worker",

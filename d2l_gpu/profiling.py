@@ -166,6 +166,17 @@ def gradient_op(event: dict) -> bool:
     return event["name"].startswith(BACKWARD) and ACCUMULATE not in event["name"]
 
 
+def communication_and_compute(device: torch.device) -> tuple[Callable, Callable]:
+    """Tests for a trace's collective events and its computing events on `device`."""
+    if device.type == "cuda":  # NCCL: kernels on the GPU's streams
+        return (
+            lambda e: e["cat"] == "kernel" and "nccl" in e["name"].lower(),
+            lambda e: e["cat"] == "kernel" and "nccl" not in e["name"].lower(),
+        )
+    # gloo: each all-reduce on one of gloo's threads, the backward on the caller's
+    return (lambda e: e["name"] == "gloo:all_reduce"), gradient_op
+
+
 def _rank_batch(rank: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """n random LeNet-shaped images and labels of rank `rank`'s own (its shard of a batch)."""
     generator = torch.Generator().manual_seed(rank)
@@ -207,11 +218,7 @@ def ddp_trace_worker(rank: int, world_size: int, bucket_cap_mb: float | None, pa
     gc.collect()
     if rank != 0:
         return {}
-    if device.type == "cuda":  # NCCL: kernels on the GPU's streams
-        comm = lambda e: e["cat"] == "kernel" and "nccl" in e["name"].lower()  # noqa: E731
-        compute = lambda e: e["cat"] == "kernel" and "nccl" not in e["name"].lower()  # noqa: E731
-    else:  # gloo: each all-reduce on one of gloo's threads, the backward on this one
-        comm, compute = "gloo:all_reduce", gradient_op
+    comm, compute = communication_and_compute(device)
     launches = [e["start"] for e in events if e["name"] == "c10d::allreduce_"]
     last_gradient = max(e["start"] for e in events if gradient_op(e))
     return {

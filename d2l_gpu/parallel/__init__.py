@@ -18,6 +18,8 @@ footprint.py       memory and collectives measured while a worker trains (lesson
 workload.py        the jobs the workers train and the one-device runs they are compared with
 collectives.py     all-reduce algorithms: ring, hierarchical, parameter server (lesson 12)
 costmodel.py       the alpha-beta cost model and its measurement (lesson 12)
+overlap.py         a real backward pass overlapped with its buckets' all-reduces, traced (12)
+server_steps.py    training steps through parameter servers with a real backward pass (12)
 own_collective.py  a student's own all-reduce, checked, counted by direction and timed (12)
 expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all (lesson 13)
 moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker (13)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -197,6 +198,39 @@ def overlap(rank, world, layer_bytes, compute_s, bucket_bytes, rounds) -> None:
     _checks.whole("overlap_worker: bucket_bytes", bucket_bytes, least=0)
     _checks.whole("overlap_worker: rounds", rounds)
     _group("overlap_worker", rank, world)
+
+
+def _real_step(caller: str, rank, world, layers, width, batch, folder, rounds) -> None:
+    """Arguments of a worker that trains layer_stack: whole sizes, an existing trace folder."""
+    _checks.ranks(caller, rank, world)
+    for name, value in (("layers", layers), ("width", width), ("batch", batch), ("rounds", rounds)):
+        _checks.whole(f"{caller}: {name}", value)
+    if folder is not None:
+        if not isinstance(folder, (str, Path)):
+            raise TypeError(f"{caller}: folder must be a path, got {folder!r}")
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(
+                f"{caller}: the folder {folder} does not exist; create it first"
+            )
+
+
+def backward_overlap(rank, world, layers, width, batch, per_bucket, folder, rounds) -> None:
+    """backward_overlap_worker's arguments: whole sizes, an existing folder for the traces."""
+    caller = "backward_overlap_worker"
+    _real_step(caller, rank, world, layers, width, batch, folder, rounds)
+    _checks.whole(f"{caller}: per_bucket", per_bucket)
+    if per_bucket > layers:
+        raise ValueError(
+            f"{caller}: per_bucket {per_bucket} is more than the {layers} layers; "
+            "a bucket holds at most all of them"
+        )
+    _group(caller, rank, world)
+
+
+def server_steps(rank, world, layers, width, batch, folder, rounds) -> None:
+    """server_step_worker's arguments: whole sizes, an existing folder for the traces."""
+    _real_step("server_step_worker", rank, world, layers, width, batch, folder, rounds)
+    _group("server_step_worker", rank, world)
 
 
 def source(name: str, text, signature: str) -> None:
