@@ -4,16 +4,15 @@ Under data parallelism each rank sees only its part of a batch, so a plain Batch
 normalises with that part's mean and variance, and the world size changes the model. PyTorch's
 `nn.SyncBatchNorm` computes the statistics over all ranks, but only on CUDA (and XPU, HPU)
 tensors. `GlobalBatchNorm` does the same with two all-reduces of per-channel sums, which run on
-any backend (gloo on CPU processes here); autograd sends their gradients back with two more
-all-reduces in the backward pass. `sync_batchnorm` picks PyTorch's layer where it runs and this
-one elsewhere: the training script's `--sync-bn`.
+any backend (gloo on CPU processes here); a small autograd function sums their gradients over
+the ranks with two more all-reduces in the backward pass. `sync_batchnorm` picks PyTorch's layer
+where it runs and this one elsewhere: the training script's `--sync-bn`.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_autograd
 from torch import nn
 
 from ..models import has_lazy
@@ -22,6 +21,24 @@ __all__ = ["GlobalBatchNorm", "sync_batchnorm"]
 
 SYNC_BN_DEVICES = ("cuda", "xpu", "hpu")  # where PyTorch's SyncBatchNorm has kernels
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """all_reduce(SUM) that autograd can go through: the backward sums the gradients too."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        total = x.clone()
+        dist.all_reduce(total, group=group)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # every rank's loss depends on every rank's sums: each input gets all ranks' gradients
+        total = grad.clone()
+        dist.all_reduce(total, group=ctx.group)
+        return total, None
 
 
 class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -55,14 +72,14 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
         count = input.new_tensor([input.numel() // channels])  # this rank's examples x positions
         group = self.group or dist.group.WORLD
         # all-reduce 1: the sum of every channel and the number of values, over all ranks
-        sums = dist_autograd.all_reduce(torch.cat([input.sum(dims), count]), group=group)
+        sums = _SumOverRanks.apply(torch.cat([input.sum(dims), count]), group)
         n = sums[-1].detach()
         if n <= 1:  # as nn.BatchNorm: one value per channel has no variance
             raise ValueError(f"GlobalBatchNorm needs more than 1 value per channel, got {int(n)}")
         mean = sums[:-1] / n
         centred = input - mean.view(shape)
         # all-reduce 2: the sum of squared deviations (two passes: no cancellation in float32)
-        var = dist_autograd.all_reduce((centred * centred).sum(dims), group=group) / n
+        var = _SumOverRanks.apply((centred * centred).sum(dims), group) / n
         out = centred * torch.rsqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
