@@ -177,3 +177,18 @@ def test_a_students_all_reduce_needs_three_ranks_and_source_text():
         own_all_reduce_worker(0, 2, BOTH_WAYS)  # with two, both ways share one pair of ranks
     with pytest.raises(TypeError, match=r"source must be the source text of a function f\(x"):
         own_all_reduce_worker(0, 4, print)
+
+
+def push_and_pull(rank, world_size):
+    """What each rank holds after lesson 12's single phases of one server."""
+    x = torch.full((5,), float(rank))
+    collectives.server_push(x)  # every other rank sends; nobody's x changes
+    pushed = x.clone()
+    collectives.server_pull(x)  # the first rank's x reaches every rank
+    return pushed, x
+
+
+def test_server_push_and_pull_move_what_one_server_moves():
+    out = run_workers(push_and_pull, 3)
+    assert [p.tolist() for p, _ in out] == [[float(r)] * 5 for r in range(3)]
+    assert [x.tolist() for _, x in out] == [[0.0] * 5] * 3

@@ -197,7 +197,32 @@ def ring_step(x: torch.Tensor, ranks: list[int] | None = None) -> None:
     exchange([(x, ranks[(i + 1) % k])], [(torch.empty_like(x), ranks[(i - 1) % k])])
 
 
-TIMED = {**ALGORITHMS, "ring step": lambda x, ranks, group: ring_step(x, ranks)}  # lesson 12
+def server_push(x: torch.Tensor, ranks: list[int] | None = None) -> None:
+    """One server's push alone: every other rank sends `x` to the first at once (lesson 12)."""
+    # Not an all-reduce: it times the first rank's link as one server loads it, k - 1 messages
+    # arriving together into fresh buffers. `server_pull` times the way back.
+    ranks, i = members(ranks)
+    if i == 0:
+        exchange([], [(torch.empty_like(x), r) for r in ranks[1:]])
+    else:
+        exchange([(x, ranks[0])], [])
+
+
+def server_pull(x: torch.Tensor, ranks: list[int] | None = None) -> None:
+    """One server's pull alone: the first rank sends `x` to every other rank at once (lesson 12)."""
+    ranks, i = members(ranks)
+    if i == 0:
+        exchange([(x, r) for r in ranks[1:]], [])
+    else:
+        exchange([], [(x, ranks[0])])
+
+
+TIMED = {  # lesson 12: the all-reduces, and single phases that time a link as they load it
+    **ALGORITHMS,
+    "ring step": lambda x, ranks, group: ring_step(x, ranks),
+    "server push": lambda x, ranks, group: server_push(x, ranks),
+    "server pull": lambda x, ranks, group: server_pull(x, ranks),
+}
 
 
 def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) -> list[tuple]:
