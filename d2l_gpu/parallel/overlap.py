@@ -19,11 +19,13 @@ import torch.distributed as dist
 from torch import nn
 
 from ..distributed import rank_device
-from ..profiling import communication_and_compute, overlap_us, profile_step, spans
+from ..profiling import communication_and_compute, gradient_op, overlap_us, profile_step, spans
 from . import worker_args
 from .costmodel import time_ops
 
 __all__ = ["backward_overlap_worker", "layer_stack"]
+
+LAUNCH = "c10d::allreduce_"  # the trace's event for starting an all-reduce, on the caller's thread
 
 
 def layer_stack(layers: int, width: int, seed: int = 0) -> nn.Sequential:
@@ -147,11 +149,12 @@ def _traced(rank: int, steps: dict, folder: str, device: torch.device) -> dict:
         path = Path(folder) / f"{name.replace(' ', '-')}.json"
         events = profile_step(step, path, device=device, warmup=1)
         computed, sent = spans(events, compute), spans(events, comm)
-        starts = [e["start"] for e in events if comm(e)]
+        last_gradient = max(e["start"] for e in events if gradient_op(e))
+        launches = [e["start"] for e in events if e["name"] == LAUNCH]  # on this thread, in order
         found[name] = {
             "path": str(path),
-            "all_reduces": len(starts),
-            "started_in_backward": sum(t < computed[-1][1] for t in starts),
+            "all_reduces": sum(comm(e) for e in events),
+            "launched_in_backward": sum(t < last_gradient for t in launches),
             "compute_ms": sum(b - a for a, b in computed) / 1e3,
             "comm_ms": sum(b - a for a, b in sent) / 1e3,
             "overlap_ms": overlap_us(events, compute, comm) / 1e3,
