@@ -108,7 +108,7 @@ WORKERS = [
     (
         "d2l.collective_worker(0, 2, [('rign', 2, 64)])",
         ValueError,
-        "'two-level', 'ring step', got 'rign'",
+        "'ring step', 'server push', 'server pull', got 'rign'",
     ),
     (
         "d2l.collective_worker(0, 2, [('ring', 4, 64)])",

@@ -23,7 +23,7 @@ SYNC_BN_DEVICES = ("cuda", "xpu", "hpu")  # where PyTorch's SyncBatchNorm has ke
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
-class _SumOverRanks(torch.autograd.Function):
+class _AllReduceBothWays(torch.autograd.Function):
     """all_reduce(SUM) that autograd can go through: the backward sums the gradients too."""
 
     @staticmethod
@@ -72,14 +72,14 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
         count = input.new_tensor([input.numel() // channels])  # this rank's examples x positions
         group = self.group or dist.group.WORLD
         # all-reduce 1: the sum of every channel and the number of values, over all ranks
-        sums = _SumOverRanks.apply(torch.cat([input.sum(dims), count]), group)
+        sums = _AllReduceBothWays.apply(torch.cat([input.sum(dims), count]), group)
         n = sums[-1].detach()
         if n <= 1:  # as nn.BatchNorm: one value per channel has no variance
             raise ValueError(f"GlobalBatchNorm needs more than 1 value per channel, got {int(n)}")
         mean = sums[:-1] / n
         centred = input - mean.view(shape)
         # all-reduce 2: the sum of squared deviations (two passes: no cancellation in float32)
-        var = _SumOverRanks.apply((centred * centred).sum(dims), group) / n
+        var = _AllReduceBothWays.apply((centred * centred).sum(dims), group) / n
         out = centred * torch.rsqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
