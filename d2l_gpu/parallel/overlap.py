@@ -37,6 +37,31 @@ def layer_stack(layers: int, width: int, seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*parts)
 
 
+def stack_and_backward(layers: int, width: int, batch: int, rank: int, device: torch.device):
+    """layer_stack on `device`, and a function computing its gradients on `rank`'s own batch."""
+    net = layer_stack(layers, width).to(device)
+    X = torch.randn(batch, width, generator=torch.Generator().manual_seed(rank)).to(device)
+
+    def backward() -> None:
+        net.zero_grad(set_to_none=False)
+        (net(X) ** 2).mean().backward()
+
+    return net, backward
+
+
+def summed_gap(params: list, backward, step, group=None) -> float:
+    """How far `step` leaves the gradients of `params` from the collective library's sum of every
+    rank's own (computed by `backward`), relative to the largest summed gradient."""
+    backward()
+    expected = [p.grad.clone() for p in params]
+    for g in expected:
+        dist.all_reduce(g, group=group)
+    step()
+    largest = max(g.abs().max().item() for g in expected)
+    pairs = zip(params, expected, strict=True)
+    return max((p.grad - g).abs().max().item() for p, g in pairs) / largest
+
+
 class _Buckets:
     """Gradients grouped into buckets, last layer first; each sent when its last one is stored."""
 
@@ -87,14 +112,9 @@ def backward_overlap_worker(
     # profiles one step of each and saves the traces there (after-backward.json, buckets.json).
     worker_args.backward_overlap(rank, world_size, layers, width, batch, per_bucket, folder, rounds)
     device = rank_device(rank)
-    net = layer_stack(layers, width).to(device)
+    net, backward = stack_and_backward(layers, width, batch, rank, device)
     weights = [m.weight for m in net if isinstance(m, nn.Linear)]
-    X = torch.randn(batch, width, generator=torch.Generator().manual_seed(rank)).to(device)
     buckets = _Buckets(weights, per_bucket)
-
-    def backward() -> None:
-        net.zero_grad(set_to_none=False)
-        (net(X) ** 2).mean().backward()
 
     def after_backward() -> None:
         backward()
@@ -113,16 +133,9 @@ def backward_overlap_worker(
             buckets.sent = None
         buckets.unpack()
 
-    backward()  # each rank's own gradients, summed by gloo: what every schedule must end with
-    expected = [w.grad.clone() for w in weights]
-    for g in expected:
-        dist.all_reduce(g)
-    largest = max(g.abs().max().item() for g in expected)
-    found: dict = {"rel_diff": {}}
+    found: dict = {"rel_diff": {}}  # every schedule must end with every rank's gradients summed
     for name, step in (("after backward", after_backward), ("buckets", overlapped)):
-        step()
-        diffs = [(w.grad - g).abs().max().item() for w, g in zip(weights, expected, strict=True)]
-        found["rel_diff"][name] = max(diffs) / largest
+        found["rel_diff"][name] = summed_gap(weights, backward, step)
     ops = {
         "backward alone": backward,
         "all-reduces alone": lambda: [dist.all_reduce(f) for f in buckets.flats],

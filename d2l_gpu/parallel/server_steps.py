@@ -21,7 +21,7 @@ from ..profiling import gradient_op, profile_step, spans
 from . import worker_args
 from .collectives import open_reverse_links, ps_push_pull
 from .costmodel import time_ops
-from .overlap import layer_stack
+from .overlap import stack_and_backward, summed_gap
 
 __all__ = ["SYNC_EVENT", "server_step_worker"]
 
@@ -45,8 +45,7 @@ def server_step_worker(
     device = rank_device(rank)
     open_reverse_links()
     dist.barrier()  # under NCCL: every rank sets up its communicator before the first message
-    net = layer_stack(layers, width).to(device)
-    X = torch.randn(batch, width, generator=torch.Generator().manual_seed(rank)).to(device)
+    net, compute = stack_and_backward(layers, width, batch, rank, device)
     flat = torch.zeros(sum(p.numel() for p in net.parameters()), device=device)
     found: dict = {"seconds": {}, "rel_diff": 0.0}
     for k in range(1, world_size + 1):
@@ -54,8 +53,9 @@ def server_step_worker(
         group = dist.new_group(ranks)  # every rank takes part in creating every group
         if rank >= k:
             continue
-        steps = _steps(net, X, flat, ranks)
-        found["rel_diff"] = max(found["rel_diff"], _check(steps["k servers"], net, X, flat, group))
+        steps = _steps(net, compute, flat, ranks)
+        gap = summed_gap(list(net.parameters()), compute, steps["k servers"], group)
+        found["rel_diff"] = max(found["rel_diff"], gap)
         chosen = {name: step for name, step in steps.items() if k > 1 or name == "compute"}
         times = time_ops(chosen, rounds, group=group, device=device)
         found["seconds"].update({(name, k): t for name, t in times.items()})
@@ -64,12 +64,8 @@ def server_step_worker(
     return found
 
 
-def _steps(net: nn.Module, X: torch.Tensor, flat: torch.Tensor, ranks: list[int]) -> dict:
+def _steps(net: nn.Module, compute, flat: torch.Tensor, ranks: list[int]) -> dict:
     """The three schedules of one step on `ranks`, as functions of no arguments."""
-
-    def compute() -> None:
-        net.zero_grad(set_to_none=False)
-        (net(X) ** 2).mean().backward()
 
     def step(servers: int):
         def run() -> None:
@@ -84,20 +80,6 @@ def _steps(net: nn.Module, X: torch.Tensor, flat: torch.Tensor, ranks: list[int]
         return run
 
     return {"compute": compute, "one server": step(1), "k servers": step(len(ranks))}
-
-
-def _check(step, net: nn.Module, X: torch.Tensor, flat: torch.Tensor, group) -> float:
-    """Largest difference between a step's gradients and the collective library's sum of every
-    rank's own, relative to the largest summed gradient."""
-    net.zero_grad(set_to_none=False)
-    (net(X) ** 2).mean().backward()
-    expected = [p.grad.clone() for p in net.parameters()]
-    for g in expected:
-        dist.all_reduce(g, group=group)
-    step()
-    pairs = zip(net.parameters(), expected, strict=True)
-    largest = max(g.abs().max().item() for g in expected)
-    return max((p.grad - g).abs().max().item() for p, g in pairs) / largest
 
 
 def _traced(rank: int, steps: dict, folder: str, device: torch.device) -> dict:
