@@ -9,7 +9,7 @@ VENV ?= .venv
 export VENV
 COURSE := $(PYTHON) scripts/course.py
 
-.PHONY: setup setup-dev lessons test test-cluster test-unit test-unit-1thread test-notebooks test-slow test-oldest lab check format slides test-browser stress gpu-report spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser stress gpu-report spread kernel lock clean
 
 setup:  ## create .venv with the learners' lock and the package
 	$(COURSE) setup
@@ -20,14 +20,14 @@ setup-dev:  ## setup, then the maintainers' lock
 lessons:  ## execute every lesson headless into build/, then print a summary
 	$(COURSE) lessons
 
-test:  ## unit tests, then nbval over every lesson and solution
+test:  ## unit tests and strict nbval over every lesson and solution, spread over the cores
 	$(COURSE) test
+
+test-other-cpu:  ## make test as an older CPU computes (AVX2 or plain kernels, one thread a process)
+	$(COURSE) test-other-cpu
 
 test-unit:
 	$(COURSE) test-unit
-
-test-unit-1thread:  ## the unit tests again on one thread (other CPU kernels, other rounding)
-	$(COURSE) test-unit-1thread
 
 test-notebooks:
 	$(COURSE) test-notebooks

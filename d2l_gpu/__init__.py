@@ -85,7 +85,14 @@ _NAMES = {
         "trace_events",
     ],
     "plotting": ["Animator", "plot", "plt", "set_axes", "set_figsize", "show_images"],
-    "recipe": ["Recipe", "amp_dtype", "make_step", "train_concise", "warmup_cosine"],
+    "recipe": [
+        "Recipe",
+        "amp_dtype",
+        "make_step",
+        "native_low_precision",
+        "train_concise",
+        "warmup_cosine",
+    ],
     "training": [
         "Accumulator",
         "Timer",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import warnings
 from collections.abc import Callable, Iterable
@@ -48,6 +49,29 @@ def amp_dtype(device) -> torch.dtype | None:
         native = torch.cuda.get_device_capability(device)[0] >= 8
         return torch.bfloat16 if native else torch.float16
     return torch.float16 if kind == "mps" else torch.bfloat16
+
+
+# oneDNN's ISA names from which a CPU's bfloat16 arithmetic runs in hardware (AVX512_BF16, AMX)
+_ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_2_512", "ALL")
+
+
+def native_low_precision(device) -> bool:
+    """Whether `device` computes amp_dtype(device) in hardware, so that autocast can pay.
+
+    A GPU with autocast does. A CPU does only with AVX512-BF16 or AMX units (and oneDNN allowed
+    to use them, ONEDNN_MAX_CPU_ISA); elsewhere bfloat16 is emulated, and a ResNet-18 step under
+    autocast was 40 times slower than in float32 (AVX2 kernels, 2026-11-28). Shown in lesson 9.
+    """
+    kind = _checks.device("native_low_precision: device", device).type
+    if not _autocast_available(kind):
+        return False
+    if kind != "cpu":
+        return True
+    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if capped and capped not in _ONEDNN_BF16_ISAS:
+        return False
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # x86 only; absent elsewhere
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
 def make_step(

@@ -5,9 +5,11 @@
 setup         create .venv and install the learners' lock and the package
 setup-dev     setup, then the maintainers' lock (tests, lint, nbval)
 lessons       execute every lesson headless into build/lessons/ and print the table
-test          unit tests, then strict nbval over every lesson and solution
-test-unit     the unit tests               test-unit-1thread   the same on one thread
-test-notebooks  strict nbval               test-slow           nbval on one busy core (Linux)
+test          unit tests and strict nbval over every lesson and solution, on every core
+test-other-cpu  the unit tests and the notebooks that start no processes, with an older CPU's
+              kernels (AVX2, or none) and one thread a process; with test-slow: all of `test`
+test-unit     the unit tests               test-notebooks      strict nbval
+test-slow     nbval of the process-launching notebooks on one busy core, older kernels (Linux)
 test-cluster  a real Slurm cluster and two hosts in network namespaces (Linux, root)
 test-oldest   the unit tests and lax nbval on PyTorch 2.4.1, the oldest admitted (.venv-oldest)
 lab           JupyterLab on the lessons    kernel              register the Python you run this with
@@ -44,9 +46,81 @@ STARTS_PROCESSES = (
 SLOW_NOTEBOOKS = [
     f"{d}/{name}.ipynb" for d in ("notebooks", "solutions") for name in STARTS_PROCESSES
 ]
+# `make test` runs the unit tests and the notebooks in one pytest spread over the cores
+# (pytest-xdist, one file or notebook at a time per worker); the longest start first, so that no
+# core waits at the end for one long notebook. Only an order: a name here must exist (tested).
+LONGEST_FIRST = (
+    "notebooks/07-ddp-torchrun.ipynb",
+    "solutions/07-ddp-torchrun.ipynb",
+    "solutions/06-concise-multi-gpu.ipynb",
+    "notebooks/06-concise-multi-gpu.ipynb",
+    "notebooks/09-speed-one-gpu.ipynb",
+    "notebooks/12-synchronisation.ipynb",
+    "notebooks/13-transformer-parallel.ipynb",
+    "solutions/09-speed-one-gpu.ipynb",
+)
 OLDEST_TORCH = "2.4.1"  # torch-directml's; the oldest the course admits (README)
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
          "-p", "no:cacheprovider"]  # fmt: skip
+
+
+def workers(cores: int | None = None) -> int:
+    """How many pytest workers `make test` starts: one per core, at most 4 (memory)."""
+    return max(1, min(4, cores if cores is not None else os.cpu_count() or 1))
+
+
+def parallel_env(cores: int | None = None) -> dict[str, str]:
+    """Threads per worker, so that the workers together use each core once (no oversubscription:
+    two workers of two threads each on two cores made a notebook several times slower)."""
+    cores = cores if cores is not None else os.cpu_count() or 1
+    threads = str(max(1, cores // workers(cores)))
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+def other_cpu_env(cpu_flags: set[str] | None = None) -> dict[str, str]:
+    """The environment that makes PyTorch, MKL and oneDNN compute as an older CPU does.
+
+    On an AVX-512 machine: AVX2 kernels (an ordinary laptop's); elsewhere the plain kernels
+    without AVX. Other kernels add and multiply in another order: a proof whose tolerance was
+    fitted to one machine's rounding fails here instead of on a student's laptop."""
+    flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    if "avx512f" in flags:
+        return {
+            "ATEN_CPU_CAPABILITY": "avx2",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+            "ONEDNN_MAX_CPU_ISA": "AVX2",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+    return {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def _said(env: dict[str, str]) -> dict[str, str]:
+    """`env`, after printing it: a log shows which kernels a run used."""
+    print("+ as an older CPU:", " ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    return env
+
+
+def ordered_for_workers(paths: list[str]) -> list[str]:
+    """`paths` with LONGEST_FIRST at the front (pytest-xdist hands files out in this order)."""
+    first = [p for p in LONGEST_FIRST if p in paths]
+    return first + [p for p in paths if p not in first]
 
 
 class CourseError(Exception):
@@ -113,15 +187,14 @@ class Course:
         self.setup()
         self.run(self.py, "scripts/run_lessons.py", "--markdown")
 
-    def test_unit(self) -> None:
+    def _pytest(self, *args: str, env: dict | None = None) -> None:
+        """pytest over `args` on every core: one worker per core, a file or notebook at a time."""
         self.setup_dev()
-        self.run(self.py, "-m", "pytest", "-m", "not cluster", "tests")
+        spread = ["-n", str(workers()), "--dist", "loadfile", "--durations", "15"]
+        self.run(self.py, "-m", "pytest", *spread, *args, env={**parallel_env(), **(env or {})})
 
-    def test_unit_1thread(self) -> None:
-        self.setup_dev()
-        one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        quiet = ["-q", "-p", "no:cacheprovider", "-m", "not cluster"]
-        self.run(self.py, "-m", "pytest", *quiet, "tests", env=one)
+    def test_unit(self) -> None:
+        self._pytest("-m", "not cluster", "tests")
 
     def test_cluster(self) -> None:
         """The tests that start a Slurm cluster and network-namespace hosts (root, Linux)."""
@@ -153,16 +226,26 @@ class Course:
         old.run(old.py, "-m", "pytest", "--nbval-lax", *NBVAL[1:], *notebooks())
 
     def test_notebooks(self) -> None:
-        self.setup_dev()
-        self.run(self.py, "-m", "pytest", *NBVAL, *notebooks())
+        self._pytest(*NBVAL, *ordered_for_workers(notebooks()))
 
-    def test(self) -> None:
-        self.test_unit()
-        self.test_notebooks()
+    def test(self, env: dict | None = None) -> None:
+        """The unit tests and every notebook in one run, so that both cores stay busy."""
+        self._pytest("-m", "not cluster", *NBVAL, *ordered_for_workers(notebooks()), "tests",
+                     env=env)  # fmt: skip
+
+    def test_other_cpu(self) -> None:
+        """The unit tests and the notebooks that start no processes, as an older CPU computes
+        (other_cpu_env). With test-slow (the others, on one busy core, also as an older CPU):
+        `make test` as CI runs it, every test and every notebook once."""
+        chosen = _said(other_cpu_env())
+        quick = [nb for nb in ordered_for_workers(notebooks()) if nb not in SLOW_NOTEBOOKS]
+        self._pytest("-m", "not cluster", *NBVAL, *quick, "tests", env=chosen)
 
     def test_slow(self) -> None:
+        """The process-launching notebooks on one core shared with a busy loop, with an older
+        CPU's kernels: an output that holds only at one speed, or with one rounding, fails."""
         self.setup_dev()
-        self.run(self.py, "scripts/slow_machine.py", *SLOW_NOTEBOOKS)
+        self.run(self.py, "scripts/slow_machine.py", *SLOW_NOTEBOOKS, env=_said(other_cpu_env()))
 
     def lab(self) -> None:
         self.setup()

@@ -72,8 +72,8 @@ def pytest_sessionstart(session):
 
     Not for the browser tests (`make test-browser`), whose JupyterLab and Chromium keep their own
     helper processes and caches."""
-    if os.environ.get("D2L_GPU_BROWSER") == "1":
-        return
+    if os.environ.get("D2L_GPU_BROWSER") == "1" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker of `pytest -n`: its controller set the mark and TMPDIR it inherits
     import leftovers
 
     # multiprocessing's own folder (the socket of run_workers' fork server) stays where it would
@@ -85,8 +85,13 @@ def pytest_sessionstart(session):
     session.config.stash[_LEFTOVERS] = (token, tmp, leftovers.snapshot(token, tmp))
 
 
+@pytest.hookimpl(hookwrapper=True)
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run if it left a process, namespace, mount or temporary entry behind."""
+    """Fail the run if it left a process, namespace, mount or temporary entry behind.
+
+    A wrapper, and the check after its yield: under `pytest -n`, the workers (which carry the
+    run's mark) are ended by xdist's own sessionfinish, which must have run first."""
+    yield
     import leftovers
 
     if _LEFTOVERS not in session.config.stash:

@@ -6,6 +6,12 @@ with an environment variable, so what it leaves is told apart from what else run
 a marked process still runs, a network namespace or a mount was added, or a file or folder was
 left in the session's temporary folder (pytest's own `tmp_path` folders and PyTorch's compile
 cache excepted). Linux only: elsewhere the process and mount parts find nothing.
+
+One mount is the machine's, not a test's: the first `ip netns add` on a machine bind-mounts
+/run/netns onto itself (so that namespaces can be shared), and iproute2 keeps that mount for
+good, after every namespace is gone. A fresh machine gains it in the first test that makes a
+namespace; tests/test_leftovers.py shows, in a mount namespace of its own without it, that a
+namespace made and removed leaves nothing counted, and that one left behind still is.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 MARK = "D2L_GPU_TEST_SESSION"  # environment variable every process of the session inherits
 KEPT = ("pytest-of-", "torchinductor_")  # pytest's own folders, PyTorch's compile cache
+MACHINE_MOUNTS = ("/run/netns",)  # mount points made once per machine by iproute2 and kept
 
 
 @dataclass
@@ -61,9 +68,19 @@ def snapshot(token: str, tmp: Path) -> Snapshot:
     return Snapshot(
         processes=marked_processes(token),
         netns=set(os.listdir(netns_dir)) if netns_dir.is_dir() else set(),
-        mounts=set(mounts.read_text().splitlines()) if mounts.exists() else set(),
+        mounts={
+            line
+            for line in (mounts.read_text().splitlines() if mounts.exists() else [])
+            if not _machine_mount(line)
+        },
         tmp={name for name in entries if not name.startswith(KEPT)},
     )
+
+
+def _machine_mount(line: str) -> bool:
+    """Whether a /proc/mounts line is one of MACHINE_MOUNTS (the mount point itself only)."""
+    fields = line.split()
+    return len(fields) > 1 and fields[1] in MACHINE_MOUNTS
 
 
 def left_behind(before: Snapshot, after: Snapshot) -> list[str]:

@@ -197,6 +197,7 @@ def test_a_wrong_bandwidth_misses_the_held_out_size():
     assert max(predicted / measured, measured / predicted) >= FACTOR
 
 
+@pytest.mark.cluster  # root and network namespaces: `make test-cluster`
 def test_two_machines_over_a_slow_link(tmp_path):
     ok, why = netns_link.available()
     if not ok:
@@ -217,6 +218,7 @@ def test_two_machines_over_a_slow_link(tmp_path):
     assert "d2l11-" not in left  # every namespace made was removed
 
 
+@pytest.mark.cluster  # root and network namespaces: `make test-cluster`
 def test_two_machines_are_removed_when_the_script_is_terminated(tmp_path):
     """Issue 27: SIGTERM left both namespaces and the temporary folder behind."""
     ok, why = netns_link.available()

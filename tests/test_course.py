@@ -28,18 +28,59 @@ def test_every_make_target_but_lock_calls_course_py():
         assert f"$(COURSE) {target}" in body, f"make {target} does not call course.py {target}"
 
 
-def test_test_runs_the_unit_tests_then_every_notebook_and_solution(capsys, tmp_path):
+def test_test_runs_the_unit_tests_and_every_notebook_in_one_run_on_every_core(capsys, tmp_path):
     (tmp_path / "bin").mkdir()
     for stamp in (".installed", ".installed-dev"):
         (tmp_path / stamp).touch()
     course.venv_python(tmp_path).touch()  # an environment that exists and is up to date
     assert course.Course(tmp_path, dry_run=True).test() is None
     printed = capsys.readouterr().out.splitlines()
-    assert len(printed) == 2, printed  # nothing installed again
-    assert printed[0].endswith("-m pytest -m not cluster tests")
-    shown = set(printed[1].split())
+    assert len(printed) == 1, printed  # nothing installed again
+    words = printed[0].split()
+    assert words[words.index("-n") + 1] == str(course.workers())
+    assert "--dist loadfile" in printed[0] and "-m not cluster" in printed[0]
+    assert words[-1] == "tests"
+    shown = set(words)
     for nb in [*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]:
         assert nb.relative_to(ROOT).as_posix() in shown
+    notebooks = [w for w in words if w.endswith(".ipynb")]
+    assert notebooks[: len(course.LONGEST_FIRST)] == list(course.LONGEST_FIRST)
+    assert len(notebooks) == len(set(notebooks))  # each notebook once
+
+
+def test_the_longest_first_are_notebooks_that_exist():
+    assert set(course.LONGEST_FIRST) <= set(course.notebooks())
+
+
+def test_workers_use_each_core_once():
+    assert [course.workers(n) for n in (1, 2, 3, 8, 64)] == [1, 2, 3, 4, 4]
+    assert course.parallel_env(2)["OMP_NUM_THREADS"] == "1"
+    assert course.parallel_env(8)["OMP_NUM_THREADS"] == "2"  # 4 workers of 2 threads
+    assert course.parallel_env(1)["OMP_NUM_THREADS"] == "1"
+
+
+def test_an_older_cpu_is_one_step_below_this_one():
+    avx512 = course.other_cpu_env({"avx2", "avx512f"})
+    assert avx512["ATEN_CPU_CAPABILITY"] == "avx2" and avx512["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    avx2 = course.other_cpu_env({"avx2", "fma"})
+    assert avx2["ATEN_CPU_CAPABILITY"] == "default" and avx2["MKL_ENABLE_INSTRUCTIONS"] == "SSE4_2"
+    assert avx512["OMP_NUM_THREADS"] == avx2["OMP_NUM_THREADS"] == "1"
+
+
+def test_other_cpu_and_slow_together_run_every_notebook_once_with_older_kernels(
+    monkeypatch, tmp_path, capsys
+):
+    runs = []
+    monkeypatch.setattr(course, "_cpu_flags", lambda: {"avx512f"})
+    monkeypatch.setattr(course.Course, "setup_dev", lambda self: None)
+    monkeypatch.setattr(course.Course, "run", lambda self, *cmd, env=None: runs.append((cmd, env)))
+    c = course.Course(tmp_path)
+    c.test_other_cpu()
+    c.test_slow()
+    assert [env["ATEN_CPU_CAPABILITY"] for _, env in runs] == ["avx2", "avx2"]
+    shown = [w for cmd, _ in runs for w in cmd if w.endswith(".ipynb")]
+    assert sorted(shown) == sorted(course.notebooks())  # each once, between the two
+    assert "tests" in runs[0][0] and "ATEN_CPU_CAPABILITY=avx2" in capsys.readouterr().out
 
 
 def test_a_stale_lock_is_installed_again(tmp_path, capsys):

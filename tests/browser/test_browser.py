@@ -2,7 +2,9 @@
 
 Run with `make test-browser` (or D2L_GPU_BROWSER=1 pytest tests/browser). Screenshots and
 timings go to build/browser/. D2L_GPU_BROWSER_NOTEBOOKS=<folder> tests another folder of
-notebooks (with its ../img); D2L_GPU_BROWSER_TIMEOUT bounds one notebook's run (s).
+notebooks (with its ../img); D2L_GPU_BROWSER_STALL bounds how long (s) a run may go without a
+cell finishing: a notebook runs as long as it needs while its cells keep finishing, so that a
+slower CPU does not fail a lesson that is only slow (a fixed 300 s per lesson did, issue 39).
 """
 
 import json
@@ -30,7 +32,8 @@ NB_DIR = Path(os.environ.get("D2L_GPU_BROWSER_NOTEBOOKS", ROOT / "notebooks")).r
 LESSONS = sorted(p for p in NB_DIR.glob("*.ipynb") if not p.name.startswith("."))
 DECKS = LESSONS + sorted(p for p in (NB_DIR / "zh").glob("*.ipynb") if not p.name.startswith("."))
 SLIDES, SHOTS = ROOT / "build" / "slides", ROOT / "build" / "browser"
-RUN_TIMEOUT = float(os.environ.get("D2L_GPU_BROWSER_TIMEOUT", 300))
+# the longest cell takes about a minute on the reference machine: ten times that is a stall
+STALL = float(os.environ.get("D2L_GPU_BROWSER_STALL", 600))
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ARGS += ["--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -50,6 +53,18 @@ def wait_until(predicate, timeout: float, what: str, every: float = 0.5):
             return value
         time.sleep(every)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def wait_while_progressing(progress, done, stall: float, what: str, every: float = 1.0):
+    """Poll until `done()`; fail only when `progress()` (a count) has not grown for `stall` s."""
+    last, since = progress(), time.monotonic()
+    while not done():
+        time.sleep(every)
+        now = progress()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > stall:
+            pytest.fail(f"{what}: nothing finished for {stall:.0f} s (at {last} cells)")
 
 
 def free_port() -> int:
@@ -187,16 +202,17 @@ def test_lesson_runs_in_jupyterlab(path, lab, browser):
                    "the kernel to start")  # fmt: skip
         menu(page, "Edit", "Clear Outputs of All Cells")
         menu(page, "Run", "Run All Cells")
-        seen = {"busy": False}
+        seen = {"busy": False, "done": 0}
 
         def finished():
             state = page.evaluate(PROMPTS)
             seen["busy"] |= state["busy"] > 0
+            seen["done"] = state["done"]
             kernels = lab.kernels()
             idle = kernels is not None and all(k["execution_state"] == "idle" for k in kernels)
             return state["busy"] == 0 and idle and (seen["busy"] or state["done"] >= expected)
 
-        wait_until(finished, RUN_TIMEOUT, f"{path.name} to finish running", every=1)
+        wait_while_progressing(lambda: seen["done"], finished, STALL, f"{path.name} running")
         before = saved.stat().st_mtime_ns
         page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
         page.keyboard.press("Control+s")
