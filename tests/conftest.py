@@ -67,6 +67,25 @@ def skip_strategies_this_torch_lacks(*strategies: str) -> None:
 # --- nothing left behind: processes, namespaces, mounts, temporary files (tests/leftovers.py) ---
 
 
+def pytest_configure(config):
+    """Stop nbval's kernels as Jupyter's "Shut Down Kernel" does: a request, then a clean exit.
+
+    nbval kills each kernel (`shutdown_kernel(now=True)`), so a lesson's files that Python removes
+    at exit (`tempfile.TemporaryDirectory()` in lesson 4) stayed behind in every run, a leak that
+    `make test` shows since it runs the notebooks inside the leftover check (issue 39)."""
+    try:
+        from nbval.kernel import RunningKernel
+    except ImportError:  # no nbval: no notebooks in this run
+        return
+
+    def stop(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)  # waits a few seconds for the exit, then kills
+        del self.km
+
+    RunningKernel.stop = stop
+
+
 def pytest_sessionstart(session):
     """Give the run its own TMPDIR and mark its processes, then note what exists already.
 
