@@ -188,13 +188,20 @@ class Course:
         self.run(self.py, "scripts/run_lessons.py", "--markdown")
 
     def _pytest(self, *args: str, env: dict | None = None) -> None:
-        """pytest over `args` on every core: one worker per core, a file or notebook at a time."""
+        """pytest over `args` on every core: one worker per core, a file or notebook at a time;
+        then, where `args` hold the unit tests, the `solo` ones alone (they measure how processes
+        overlap in time, which needs cores that no other test is using)."""
         self.setup_dev()
         spread = ["-n", str(workers()), "--dist", "loadfile", "--durations", "15"]
-        self.run(self.py, "-m", "pytest", *spread, *args, env={**parallel_env(), **(env or {})})
+        unit = "tests" in args
+        chosen = ["-m", "not cluster and not solo"] if unit else []
+        self.run(self.py, "-m", "pytest", *spread, *chosen, *args,
+                 env={**parallel_env(), **(env or {})})  # fmt: skip
+        if unit:
+            self.run(self.py, "-m", "pytest", "-q", "-m", "solo", "tests", env=env)
 
     def test_unit(self) -> None:
-        self._pytest("-m", "not cluster", "tests")
+        self._pytest("tests")
 
     def test_cluster(self) -> None:
         """The tests that start a Slurm cluster and network-namespace hosts (root, Linux)."""
@@ -230,8 +237,7 @@ class Course:
 
     def test(self, env: dict | None = None) -> None:
         """The unit tests and every notebook in one run, so that both cores stay busy."""
-        self._pytest("-m", "not cluster", *NBVAL, *ordered_for_workers(notebooks()), "tests",
-                     env=env)  # fmt: skip
+        self._pytest(*NBVAL, *ordered_for_workers(notebooks()), "tests", env=env)
 
     def test_other_cpu(self) -> None:
         """The unit tests and the notebooks that start no processes, as an older CPU computes
@@ -239,7 +245,7 @@ class Course:
         `make test` as CI runs it, every test and every notebook once."""
         chosen = _said(other_cpu_env())
         quick = [nb for nb in ordered_for_workers(notebooks()) if nb not in SLOW_NOTEBOOKS]
-        self._pytest("-m", "not cluster", *NBVAL, *quick, "tests", env=chosen)
+        self._pytest(*NBVAL, *quick, "tests", env=chosen)
 
     def test_slow(self) -> None:
         """The process-launching notebooks on one core shared with a busy loop, with an older

@@ -35,10 +35,11 @@ def test_test_runs_the_unit_tests_and_every_notebook_in_one_run_on_every_core(ca
     course.venv_python(tmp_path).touch()  # an environment that exists and is up to date
     assert course.Course(tmp_path, dry_run=True).test() is None
     printed = capsys.readouterr().out.splitlines()
-    assert len(printed) == 1, printed  # nothing installed again
+    assert len(printed) == 2, printed  # nothing installed again
+    assert printed[1].endswith("-m pytest -q -m solo tests")  # alone, after the others
     words = printed[0].split()
     assert words[words.index("-n") + 1] == str(course.workers())
-    assert "--dist loadfile" in printed[0] and "-m not cluster" in printed[0]
+    assert "--dist loadfile" in printed[0] and "-m not cluster and not solo" in printed[0]
     assert words[-1] == "tests"
     shown = set(words)
     for nb in [*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]:
@@ -77,7 +78,7 @@ def test_other_cpu_and_slow_together_run_every_notebook_once_with_older_kernels(
     c = course.Course(tmp_path)
     c.test_other_cpu()
     c.test_slow()
-    assert [env["ATEN_CPU_CAPABILITY"] for _, env in runs] == ["avx2", "avx2"]
+    assert [env["ATEN_CPU_CAPABILITY"] for _, env in runs] == ["avx2", "avx2", "avx2"]
     shown = [w for cmd, _ in runs for w in cmd if w.endswith(".ipynb")]
     assert sorted(shown) == sorted(course.notebooks())  # each once, between the two
     assert "tests" in runs[0][0] and "ATEN_CPU_CAPABILITY=avx2" in capsys.readouterr().out

@@ -346,6 +346,7 @@ def overlapped(events) -> bool:
     return start[0, "F", 1][0] < start[1, "F", 0][1]
 
 
+@pytest.mark.solo  # two stages overlap only where two cores are free
 def test_the_process_pipeline_overlaps_its_stages():
     """Stage 0 runs micro-batch 1 while stage 1 runs micro-batch 0: measured, not scheduled."""
     wide = [64, 768, 768, 768, 10]  # tens of milliseconds per forward, far above scheduling noise
