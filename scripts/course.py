@@ -84,21 +84,14 @@ def other_cpu_env(cpu_flags: set[str] | None = None) -> dict[str, str]:
     without AVX. Other kernels add and multiply in another order: a proof whose tolerance was
     fitted to one machine's rounding fails here instead of on a student's laptop."""
     flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     if "avx512f" in flags:
-        return {
-            "ATEN_CPU_CAPABILITY": "avx2",
-            "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-            "ONEDNN_MAX_CPU_ISA": "AVX2",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-        }
-    return {
-        "ATEN_CPU_CAPABILITY": "default",
-        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-        "ONEDNN_MAX_CPU_ISA": "SSE41",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
+        kernels = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                   "ONEDNN_MAX_CPU_ISA": "AVX2"}  # fmt: skip
+    else:
+        kernels = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+                   "ONEDNN_MAX_CPU_ISA": "SSE41"}  # fmt: skip
+    return {**kernels, **one_thread}
 
 
 def _cpu_flags() -> set[str]:
@@ -235,9 +228,9 @@ class Course:
     def test_notebooks(self) -> None:
         self._pytest(*NBVAL, *ordered_for_workers(notebooks()))
 
-    def test(self, env: dict | None = None) -> None:
+    def test(self) -> None:
         """The unit tests and every notebook in one run, so that both cores stay busy."""
-        self._pytest(*NBVAL, *ordered_for_workers(notebooks()), "tests", env=env)
+        self._pytest(*NBVAL, *ordered_for_workers(notebooks()), "tests")
 
     def test_other_cpu(self) -> None:
         """The unit tests and the notebooks that start no processes, as an older CPU computes
