@@ -52,7 +52,10 @@ def amp_dtype(device) -> torch.dtype | None:
 
 
 # oneDNN's ISA names from which a CPU's bfloat16 arithmetic runs in hardware (AVX512_BF16, AMX)
-_ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_2_512", "ALL")
+_ONEDNN_BF16_ISAS = (
+    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
+    "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "ALL",
+)  # fmt: skip
 
 
 def native_low_precision(device) -> bool:
@@ -60,7 +63,7 @@ def native_low_precision(device) -> bool:
 
     A GPU with autocast does. A CPU does only with AVX512-BF16 or AMX units (and oneDNN allowed
     to use them, ONEDNN_MAX_CPU_ISA); elsewhere bfloat16 is emulated, and a ResNet-18 step under
-    autocast was 40 times slower than in float32 (AVX2 kernels, 2026-11-28). Shown in lesson 9.
+    autocast was 18 times slower than in float32 (AVX2 kernels, 2026-11-29). Shown in lesson 9.
     """
     kind = _checks.device("native_low_precision: device", device).type
     if not _autocast_available(kind):

@@ -430,7 +430,7 @@ def test_a_clip_that_is_no_norm_is_refused(clip):
 
 
 def test_emulated_low_precision_is_not_called_native(monkeypatch):
-    """Issue 39: under an AVX2 laptop's kernels bf16 is emulated (a ResNet step 40 times slower)."""
+    """Issue 39: with an AVX2 laptop's kernels bf16 is emulated (a ResNet step 18 times slower)."""
     import torch
 
     from d2l_gpu import native_low_precision
