@@ -274,7 +274,7 @@ def local_torchrun(
 
 
 def worker_pids(agent_pid: int) -> dict[int, int]:
-    """{local rank: pid} of the workers that a torchrun agent started. Shown in lesson 7.
+    """{local rank: pid} of the workers that a torchrun agent started. Used by `kill_worker`.
 
     Linux reads each child's LOCAL_RANK from /proc; elsewhere the children are taken in the
     order they were started, which is the order of their local ranks.
