@@ -151,7 +151,10 @@ def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, torch.OutOfMemoryError):  # CUDA, ROCm, XPU
         return True
     message = str(error).lower()  # MPS, DirectML and the CPU raise a plain RuntimeError
-    signs = ("out of memory", "not enough gpu video memory", "can't allocate memory")
+    # the CPU allocator says "can't allocate memory" on Linux and macOS, "not enough memory" on
+    # Windows; DirectML "not enough GPU video memory"
+    signs = ("out of memory", "not enough gpu video memory", "can't allocate memory",
+             "not enough memory")  # fmt: skip
     return isinstance(error, RuntimeError) and any(sign in message for sign in signs)
 
 

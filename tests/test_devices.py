@@ -239,6 +239,8 @@ def test_try_gpu_required_raises_with_the_count_instead_of_falling_back(fake_mac
         (RuntimeError("Could not allocate tensor: not enough GPU video memory available"), True),
         (RuntimeError("[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: "
                       "can't allocate memory: you tried to allocate 2147483648 bytes"), True),
+        (RuntimeError("[enforce fail at alloc_cpu.cpp:116] data. DefaultCPUAllocator: not "
+                      "enough memory: you tried to allocate 4611686018427387904 bytes."), True),
         (RuntimeError("Expected all tensors to be on the same device"), False),
         (ValueError("out of memory"), False),  # not the allocator's kind of error
     ],

@@ -151,7 +151,7 @@ def hierarchical_all_reduce(
 
 def two_level_all_reduce(x: torch.Tensor, local_size: int, ranks: list[int] | None = None) -> None:
     """Sum `x`: reduce-scatter inside, all-reduce each part across, all-gather (lesson 12)."""
-    # As NCCL and Horovod do across machines: the rank at position p of its machine sums part p
+    # As Horovod's hierarchical all-reduce does: the rank at position p of its machine sums part p
     # of x over its machine, then over the ranks at position p of every machine (a ring each,
     # all rings at once), then every machine gathers its parts back.
     ranks, me = members(ranks)

@@ -20,6 +20,10 @@ REDUCE_SCATTER = """    shard = torch.empty_like(layer.grad)
     dist.reduce_scatter_tensor(shard, flat_grad)
     layer.grad += shard
     #"""
+DIVIDED = """    shard = torch.empty_like(layer.grad)
+    dist.reduce_scatter_tensor(shard, flat_grad)
+    layer.grad += shard / dist.get_world_size()
+    #"""
 ALL_REDUCE = """    total = flat_grad.clone()
     dist.all_reduce(total)
     size = layer.shard_size
@@ -54,5 +58,12 @@ CASES = [
         right=Answer(replace=((SHARD_TODO, REDUCE_SCATTER),)),
         wrong=Answer(replace=((SHARD_TODO, ALL_REDUCE),)),
         why="the whole gradient all-reduced, then sliced: the right numbers, twice the bytes",
+    ),
+    Case(
+        cell="def keep_gradient_shard(",
+        context=SETUP + RUNS,
+        right=Answer(replace=((SHARD_TODO, REDUCE_SCATTER),)),
+        wrong=Answer(replace=((SHARD_TODO, DIVIDED),)),
+        why="the summed shard divided by k again: gradients 1/k too small, which Adam nearly hides",
     ),
 ]
