@@ -11,6 +11,7 @@ import time
 
 import netns_link
 import pytest
+import torch
 
 from d2l_gpu.parallel import costmodel
 from d2l_gpu.parallel.costmodel import AlphaBeta
@@ -274,3 +275,18 @@ def test_a_ring_that_sends_the_whole_buffer_per_step_misses():
     """The negative control: the same check fails a model whose every step sends all N bytes."""
     ratio, said = _ring_miss(wrong=True)
     assert ratio >= RING_FACTOR, said
+
+
+@pytest.mark.parametrize("kind", ["cuda", "mps", "xpu"])
+def test_sync_device_waits_on_every_backend(monkeypatch, kind):
+    """Lesson 12's timings wait for the device's queue on every backend, not only CUDA's (they
+    were unsynchronised on MPS and XPU: the clock stopped before the work was done)."""
+    calls = []
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False, raising=False)
+    module = getattr(torch, kind)
+    wait = (lambda: calls.append(kind)) if kind == "mps" else (lambda d=None: calls.append(kind))
+    monkeypatch.setattr(module, "synchronize", wait)
+    costmodel.sync_device(torch.device(kind, 0) if kind != "mps" else torch.device("mps"))
+    assert calls == [kind]
+    costmodel.sync_device(torch.device("cpu"))
+    assert calls == [kind]  # the CPU has no queue to wait for

@@ -41,3 +41,23 @@ def test_tidy_says_a_deeply_nested_file_is_no_notebook(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"not tidied: {deep}: cannot read: nested too deeply" in out
     assert nbtools.main(["check", str(deep)]) == 1
+
+
+def test_the_readme_key_results_are_the_committed_notebooks():
+    """README's table says what each committed notebook's key-result cell printed (issue 41):
+    `python scripts/run_lessons.py --readme` writes them; a hand-typed figure fails here."""
+    readme = (run_lessons.ROOT / "README.md").read_text(encoding="utf-8")
+    assert run_lessons.readme_with_key_results(readme) == readme, (
+        "README.md's key results differ from the committed notebooks: run "
+        "`python scripts/run_lessons.py --readme`"
+    )
+
+
+def test_the_key_results_are_rewritten_from_the_notebook(tmp_path):
+    """The negative control: a typed key result is replaced by the notebook's."""
+    cell = nbformat.v4.new_code_cell("print('x')", metadata={"tags": ["key-result"]})
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="first\nall good: True\n")]
+    (tmp_path / "01-a.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(cells=[cell])))
+    typed = "intro\n| 01-a | ok | 1.0¹ | all good: 0.93x |\n| 02-b | ok | 2.0 | kept |\n"
+    out = run_lessons.readme_with_key_results(typed, tmp_path)
+    assert out == "intro\n| 01-a | ok | 1.0¹ | all good: True |\n| 02-b | ok | 2.0 | kept |\n"

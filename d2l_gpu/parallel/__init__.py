@@ -6,6 +6,7 @@ sync_batchnorm.py  BatchNorm over every rank's examples, on any device (--sync-b
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
+own_stage.py       a student's own pipeline stage on real ranks, checked against one device (10)
 context_parallel.py context parallelism: sequence layouts and ring attention (lesson 14)
 cp_worker.py       the small transformer trained context-parallel, and what one step sends (14)
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
@@ -24,6 +25,7 @@ own_collective.py  a student's own all-reduce, checked, counted by direction and
 expert_parallel.py mixture of experts (MoE) and expert parallelism with all-to-all (lesson 13)
 moe_worker.py      the MoE job, its one-device reference and the expert-parallel worker (13)
 mesh.py            2-D device meshes (FSDP2 x TP) and resharding checkpoints (DCP; lesson 14)
+mesh3d.py          3-D meshes: pipeline stages, each a 2-D mesh of FSDP2 x TP (lesson 14)
 worker_args.py     the argument checks of the workers above, before any message is sent
 
 A new technique gets a module here.

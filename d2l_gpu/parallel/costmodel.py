@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _checks
+from ..devices import synchronize
 from ..distributed import rank_device
 from . import worker_args
 from .collectives import TIMED, open_reverse_links, ring_all_reduce
@@ -148,9 +149,8 @@ def _check_model(caller: str, nbytes, **given) -> None:
 
 
 def sync_device(device: torch.device) -> None:
-    """Wait until `device` has finished its queued work (a no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait until `device` has finished its queued work, on every backend (a no-op on the CPU)."""
+    synchronize(device)  # CUDA, ROCm, XPU, MPS and DirectML alike, not CUDA alone
 
 
 def time_ops(

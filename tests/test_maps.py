@@ -1,0 +1,105 @@
+"""The maps of the code cannot go stale (issue 40): every name of `d2l.`'s lazy map resolves,
+the package's and `parallel/`'s docstrings name every module they hold, and no lesson or solution
+(English or Chinese) names a `d2l_gpu.` module path that does not exist. Each check has a negative
+control: a map with a missing or a made-up entry is caught."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import d2l_gpu
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "d2l_gpu"
+NOTEBOOKS = sorted(
+    p for folder in ("notebooks", "solutions") for p in (ROOT / folder).rglob("*.ipynb")
+)
+DOTTED = re.compile(r"\bd2l_gpu(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether `dotted` (d2l_gpu.a.b.name) is a module of the package or a name inside one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def unknown_paths(text: str) -> set[str]:
+    """The `d2l_gpu.` paths in `text` that do not resolve."""
+    return {path for path in set(DOTTED.findall(text)) if not resolves(path)}
+
+
+def module_names(folder: Path) -> set[str]:
+    """The modules of `folder` (files and subpackages), without __init__ and __main__."""
+    files = {p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    return files | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+
+
+def unnamed(docstring: str, names: set[str]) -> set[str]:
+    """The module names that `docstring` never mentions as a word."""
+    return {n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}\b", docstring)}
+
+
+def test_every_name_of_the_lazy_map_resolves():
+    missing = []
+    for module, names in d2l_gpu._NAMES.items():
+        imported = importlib.import_module(f"d2l_gpu.{module}")
+        missing += [f"{module}.{name}" for name in names if not hasattr(imported, name)]
+    assert not missing, f"d2l_gpu._NAMES maps names that their modules lack: {missing}"
+    assert all(getattr(d2l_gpu, name) is not None for name in d2l_gpu.__all__)
+
+
+def test_a_name_mapped_to_the_wrong_module_fails(monkeypatch):
+    """The negative control: a made-up entry is refused with the error a reader would see."""
+    monkeypatch.setitem(d2l_gpu._WHERE, "no_such_helper", "devices")
+    with pytest.raises(AttributeError):
+        d2l_gpu.no_such_helper  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("folder", "init"),
+    [(PACKAGE, PACKAGE / "__init__.py"), (PACKAGE / "parallel", PACKAGE / "parallel/__init__.py")],
+    ids=["d2l_gpu", "d2l_gpu.parallel"],
+)
+def test_the_docstring_maps_name_every_module(folder, init):
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    assert not unnamed(docstring, module_names(folder)), (
+        f"{init.relative_to(ROOT)}'s docstring does not name these modules: "
+        f"{sorted(unnamed(docstring, module_names(folder)))}"
+    )
+
+
+def test_the_docstring_check_sees_a_module_left_out():
+    assert unnamed("data_parallel.py   data parallelism", {"data_parallel", "mesh3d"}) == {"mesh3d"}
+    assert unnamed("see d2l_gpu.parallel.mesh3d", {"mesh3d"}) == {"mesh3d"}  # a path, not a name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[str(p.relative_to(ROOT)) for p in NOTEBOOKS])
+def test_lessons_name_only_module_paths_that_exist(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    found = set().union(*(unknown_paths("".join(c["source"])) for c in cells))
+    assert not found, f"{path.relative_to(ROOT)} names paths that do not exist: {sorted(found)}"
+
+
+def test_the_path_check_sees_a_moved_module():
+    assert unknown_paths("`d2l_gpu.collectives` and `d2l_gpu.parallel.collectives`") == {
+        "d2l_gpu.collectives"
+    }
+    assert unknown_paths("`d2l_gpu.parallel.costmodel.no_such_function`") == {
+        "d2l_gpu.parallel.costmodel.no_such_function"
+    }
