@@ -68,6 +68,7 @@ _NAMES = {
         "resnet_block",
     ],
     "perf": [
+        "HostWaits",
         "PEAK_TFLOPS",
         "cpu_name",
         "examples_per_second",

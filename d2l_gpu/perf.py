@@ -105,3 +105,54 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+# The Tensor methods that hand a device's value to Python, and so make Python wait for the device
+# (on a GPU: a copy to the host and a synchronisation): `.item()`, `if t`, `float(t)`, ...
+HOST_READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+class HostWaits:
+    """Count, inside `with`, how often Python read a tensor's value (`.item()`, `if t > 0`,
+    `float(t)`, `.tolist()`, `.numpy()`): each is a wait for the device on a GPU, and the count is
+    the same on a CPU, where nothing waits. Lesson 3's exercises check a loop with it.
+
+    `counts` maps each method to its calls; `total` is their sum. Nested reads (`.tolist()` that
+    calls `.item()` itself) count once, as the outer one."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = dict.fromkeys(HOST_READS, 0)
+        self._saved: dict[str, object] = {}
+        self._depth = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def _counting(self, name: str, method):
+        def read(tensor, *args, **kwargs):
+            if self._depth == 0:
+                self.counts[name] += 1
+            self._depth += 1
+            try:
+                return method(tensor, *args, **kwargs)
+            finally:
+                self._depth -= 1
+
+        return read
+
+    def __enter__(self) -> HostWaits:
+        if self._saved:
+            raise RuntimeError("HostWaits: this counter is already counting; make a new one")
+        for name in HOST_READS:
+            self._saved[name] = torch.Tensor.__dict__.get(name)
+            setattr(torch.Tensor, name, self._counting(name, getattr(torch.Tensor, name)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, saved in self._saved.items():
+            if saved is None:
+                delattr(torch.Tensor, name)  # the method lives on torch's C base class
+            else:
+                setattr(torch.Tensor, name, saved)
+        self._saved = {}

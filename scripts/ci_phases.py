@@ -8,7 +8,7 @@
 build/ci-phases.tsv; it exits with COMMAND's status. `report` prints every row as a table and
 exits 1, with one sentence per phase, if a phase took more than half again its budget.
 
-A budget is the seconds a phase takes on the reference machine (README, "How long the tests
+A budget is the seconds a phase takes on the reference machine (docs/testing.md, "How long the tests
 take"). On a slower machine every phase is slower alike, so the budgets are scaled by this
 machine's speed: a fixed piece of work (start Python, import PyTorch, multiply matrices), timed
 once per CI run, against its time on the reference machine. A faster machine keeps the budgets

@@ -2,7 +2,8 @@
 
     python scripts/run_lessons.py [--inplace] [--markdown] [--profile quick|full|auto]
                                   [--timeout S] [NB ...]
-    python scripts/run_lessons.py --readme    # README's key results from the committed notebooks
+    python scripts/run_lessons.py --key-results   # docs/measurements.md's key results, from the
+                                                  # committed notebooks
 
 Without NB, runs every notebooks/[0-9][0-9]-*.ipynb in order. Each notebook runs top to
 bottom in a fresh python3 kernel (this interpreter) with cwd = the notebook's folder and
@@ -10,7 +11,7 @@ D2L_GPU_LIVE_PLOTS=0. The executed, tidied copy goes to build/lessons/<name>.ipy
 over the source with --inplace (only when it ran without error). Prints a table of lesson,
 status, seconds and key result (last output line of the cell tagged `key-result`); with
 --markdown, the same table in Markdown under a line naming the machine (CPU model, cores,
-accelerator, PyTorch), profile and date, as the README shows it. Writes both forms to
+accelerator, PyTorch), profile and date, as docs/measurements.md shows it. Writes both forms to
 build/lessons/summary.json and summary.md, and exits 1 if any notebook failed.
 
 Executed for a commit (--inplace), each notebook gets an execution record in its metadata
@@ -82,9 +83,12 @@ def key_result(nb) -> str:
     return "-"
 
 
+MEASUREMENTS = ROOT / "docs" / "measurements.md"  # where the table of seconds and key results is
+
+
 def readme_with_key_results(text: str, lessons: Path = ROOT / "notebooks") -> str:
-    """`text` (the README) with each row of its generated table given the key result of the
-    committed notebook it names: the column can then never differ from the notebooks."""
+    """`text` (docs/measurements.md) with each row of its generated table given the key result
+    of the committed notebook it names: the column can then never differ from the notebooks."""
     out = []
     for line in text.splitlines(keepends=True):
         cells = line.rstrip("\n").split(" | ")
@@ -301,15 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         help="with --inplace: write a notebook executed while other processes were busy (recorded)",
     )
     parser.add_argument(
-        "--readme",
+        "--key-results",
         action="store_true",
-        help="only write the committed notebooks' key results into README.md's table",
+        help="only write the committed notebooks' key results into docs/measurements.md's table",
     )
     args = parser.parse_args(argv)
-    if args.readme:
-        readme = ROOT / "README.md"
-        write_atomic(readme, readme_with_key_results(readme.read_text(encoding="utf-8")))
-        print("README.md: key results taken from the committed notebooks")
+    if args.key_results:
+        text = MEASUREMENTS.read_text(encoding="utf-8")
+        write_atomic(MEASUREMENTS, readme_with_key_results(text))
+        print("docs/measurements.md: key results taken from the committed notebooks")
         return 0
 
     os.environ["D2L_GPU_LIVE_PLOTS"] = "0"

@@ -119,4 +119,4 @@ def test_directml_environment_follows_the_lock_and_torch_directml():
     for pin in ("torch==2.4.1", "torchvision==0.19.1", "torch-directml==0.2.5.dev240914"):
         assert pin in env
     assert not re.search(r"^\s*- --pre\s*$", env, re.M)  # it would admit every pre-release
-    assert "torch-directml` 0.2.5.dev240914" in (ROOT / "README.md").read_text()
+    assert "torch-directml` 0.2.5.dev240914" in (ROOT / "docs" / "setup.md").read_text()

@@ -44,12 +44,12 @@ def test_tidy_says_a_deeply_nested_file_is_no_notebook(tmp_path, capsys):
 
 
 def test_the_readme_key_results_are_the_committed_notebooks():
-    """README's table says what each committed notebook's key-result cell printed (issue 41):
-    `python scripts/run_lessons.py --readme` writes them; a hand-typed figure fails here."""
-    readme = (run_lessons.ROOT / "README.md").read_text(encoding="utf-8")
-    assert run_lessons.readme_with_key_results(readme) == readme, (
-        "README.md's key results differ from the committed notebooks: run "
-        "`python scripts/run_lessons.py --readme`"
+    """docs/measurements.md's table says what each committed notebook's key-result cell printed
+    (issue 41): `python scripts/run_lessons.py --key-results` writes them; a typed figure fails."""
+    text = run_lessons.MEASUREMENTS.read_text(encoding="utf-8")
+    assert run_lessons.readme_with_key_results(text) == text, (
+        "docs/measurements.md's key results differ from the committed notebooks: run "
+        "`python scripts/run_lessons.py --key-results`"
     )
 
 

@@ -65,4 +65,57 @@ CASES = [
         ),
         why="returns a device tensor, not a float",
     ),
+    Case(
+        cell="def log_on_device(M):",
+        context=SETUP,
+        right=Answer(
+            replace=(
+                FEWER,
+                (
+                    "...  # TODO: return a CPU tensor holding the 1000 norms",
+                    "return torch.stack([torch.linalg.matrix_norm(M @ M) for _ in range(20)])"
+                    ".cpu()",
+                ),
+            )
+        ),
+        wrong=Answer(
+            replace=(
+                FEWER,
+                (
+                    "...  # TODO: return a CPU tensor holding the 1000 norms",
+                    "return torch.tensor([torch.linalg.matrix_norm(M @ M).item() for _ in "
+                    "range(20)])",
+                ),
+            )
+        ),
+        why="the right CPU tensor, but one .item() (one wait) per product",
+    ),
+    Case(
+        cell="waits_per_step = ...",
+        context=SETUP,
+        right=Answer(
+            replace=(
+                ("waits_per_step = ...", "waits_per_step = 2"),
+                (
+                    "    ...  # TODO",
+                    "    losses = []\n    for _ in range(steps):\n"
+                    "        losses.append((V @ V).square().mean())\n        V = V * 0.5\n"
+                    "    return torch.stack(losses).min().item()",
+                ),
+            )
+        ),
+        wrong=Answer(
+            replace=(
+                ("waits_per_step = ...", "waits_per_step = 2"),
+                (
+                    "    ...  # TODO",
+                    "    best = None\n    for _ in range(steps):\n"
+                    "        loss = (V @ V).square().mean()\n"
+                    "        best = loss if best is None or loss < best else best\n"
+                    "        V = V * 0.5\n    return best.item()",
+                ),
+            )
+        ),
+        why="the same float, but an `if` on a device tensor (a wait) in every step",
+    ),
 ]

@@ -76,4 +76,15 @@ CASES = [
         ),
         why="strips 'module' but leaves the dot",
     ),
+    Case(
+        cell="def strip_module_prefix(state):",
+        context=SETUP + NET + ("net_ref = nn.Sequential(", "wrapped = nn.DataParallel("),
+        right=Answer(
+            replace=((TODO, '    return {k.removeprefix("module."): v for k, v in state.items()}'),)
+        ),
+        wrong=Answer(
+            replace=((TODO, '    return {k.lstrip("module."): v for k, v in state.items()}'),)
+        ),
+        why="lstrip removes letters, not a prefix: 'decoder' loses its 'de'",
+    ),
 ]
