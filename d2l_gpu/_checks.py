@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
+from typing import cast
 
 
 def whole(name: str, value, *, least: int | None = 1, most: int | None = None) -> int:
@@ -20,6 +21,7 @@ def whole(name: str, value, *, least: int | None = 1, most: int | None = None) -
     span = "" if least is None else f" {span}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be a whole number{span}, got {value!r}")
+    value = cast(int, value)  # an Integral: Python's int or numpy's, compared and returned as is
     if least is None:
         return value
     if value < least or (most is not None and value > most):
@@ -32,6 +34,7 @@ def number(name: str, value, *, positive: bool = False) -> float:
     bound = "> 0" if positive else ">= 0"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number {bound}, got {value!r}")
+    value = cast(float, value)  # a Real: returned as it came
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise ValueError(f"{name} must be a finite number {bound}, got {value}")
     return value

@@ -14,6 +14,7 @@ import functools
 import importlib
 import numbers
 import os
+from typing import Any
 
 import torch
 
@@ -167,7 +168,7 @@ def _read_back(device: torch.device | str) -> None:
 def _device_lines(kind: str, i: int) -> list[str]:
     """Name, memory and capability of accelerator device i, as far as PyTorch can tell."""
     gib = 2**30
-    mod = getattr(torch, kind, None)
+    mod: Any = getattr(torch, kind, None)
     name = mod.get_device_name(i) if hasattr(mod, "get_device_name") else kind
     if kind == "mps":
         name = "Apple GPU (Metal Performance Shaders)"
@@ -204,7 +205,7 @@ def devices_report() -> str:
     """The compute devices as PyTorch sees them, a portable nvidia-smi. Shown in lesson 1."""
     lines = [f"PyTorch {torch.__version__}; CPU: {os.cpu_count()} logical cores (device 'cpu')"]
     kind, n = _accel_type(), num_gpus()
-    if n == 0:
+    if n == 0 or kind is None:
         lines.append("No accelerator found: every lesson runs on the CPU, in the quick profile.")
         lines.append(INSTALL_HINT)
         return "\n".join(lines)

@@ -25,7 +25,8 @@ from . import _checks
 from .gloo import one_worker_thread
 from .processes import children, ended, parent_gone
 
-_STORE = None  # the store this process joined its group through; dropped by leave_group
+# the store this process joined its group through; dropped by leave_group
+_STORE: dist.Store | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

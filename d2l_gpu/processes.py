@@ -26,7 +26,7 @@ def _windows_alive(pid: int) -> bool:
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
     handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
     if not handle:
-        return ctypes.get_last_error() == 5  # access denied: it exists, someone else's
+        return ctypes.get_last_error() == 5  # type: ignore[attr-defined]  # access denied: it exists, someone else's
     try:
         code = ctypes.c_ulong()
         ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))

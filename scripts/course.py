@@ -13,7 +13,7 @@ test-slow     nbval of the process-launching notebooks on one busy core, older k
 test-cluster  a real Slurm cluster and two hosts in network namespaces (Linux, root)
 test-oldest   the unit tests and lax nbval on PyTorch 2.4.1, the oldest admitted (.venv-oldest)
 lab           JupyterLab on the lessons    kernel              register the Python you run this with
-check         ruff and notebook hygiene    format              ruff format, notebooks normalised
+check         ruff, mypy, notebook hygiene    format              ruff format, notebooks normalised
 slides        the reveal.js decks          test-browser        the lessons in headless Chromium
 stress        40 two-rank torchrun jobs    gpu-report          the GPU acceptance run
 spread        the spread of the "it learns" figures            clean    remove build/ and caches
@@ -264,6 +264,7 @@ class Course:
         ruff = [self.py, "-m", "ruff"]
         self.run(*ruff, "check", ".")
         self.run(*ruff, "format", "--check", ".")
+        self.run(self.py, "-m", "mypy")  # the package's types (pyproject.toml's [tool.mypy])
         self.run(self.py, "scripts/nbtools.py", "check", *notebooks())
 
     def format(self) -> None:

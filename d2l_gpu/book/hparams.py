@@ -36,11 +36,14 @@ class HyperParameters:
         The book's semantics: every local of the caller at the time of the call is saved, in
         `self.hparams` and as an attribute of the same name.
         """
-        frame = inspect.currentframe().f_back
+        here = inspect.currentframe()
+        frame = here.f_back if here is not None else None
+        if frame is None:  # an interpreter without frames (not CPython): nothing to save
+            raise RuntimeError("save_hyperparameters needs Python's frames (CPython)")
         try:
             local_vars = dict(frame.f_locals)
         finally:
-            del frame  # no reference cycle through the frame
+            del frame, here  # no reference cycle through the frames
         skip = set(ignore) | {"self"}
         self.hparams = {
             k: v for k, v in local_vars.items() if k not in skip and not k.startswith("_")

@@ -32,7 +32,7 @@ from .._fs import sync_folder
 try:
     import fcntl
 except ImportError:  # Windows: stale parts are recognised by their age instead
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 TIMEOUT = 30  # seconds without any data before a read gives up
 DEADLINE = 20 * 60  # seconds a whole download may take

@@ -82,7 +82,7 @@ def read_idx(
         ) from None
     except OSError as e:
         raise DataError(f"cannot read {path}: {e.strerror or e}. {advice}") from None
-    if sha256 and digest.hexdigest() != sha256.lower():
+    if sha256 and digest is not None and digest.hexdigest() != sha256.lower():
         raise DataError(
             f"{where}: SHA-256 of the decompressed content is {digest.hexdigest()}, expected "
             f"{sha256}; it is corrupt or not the right file. {advice}"
@@ -111,7 +111,7 @@ def _parse(f, kind: str, count: int | None, digest) -> np.ndarray:
         digest.update(head)
     size = start + math.prod(dims)
     array = np.empty(math.prod(dims), dtype=np.uint8)
-    view, done = memoryview(array), 0
+    view, done = memoryview(array.data), 0
     while done < len(array):
         n = f.readinto(view[done : done + CHUNK])
         if not n:

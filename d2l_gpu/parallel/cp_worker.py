@@ -12,6 +12,8 @@ every rank holds the same number of tokens, so the mean over ranks of the parame
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -60,7 +62,7 @@ def ring_bytes(work: TransformerWorkload, world: int) -> dict[str, int]:
 
 def _mean_grads(net: nn.Module) -> None:
     """Every parameter's gradient replaced by its mean over the ranks (one flat all-reduce)."""
-    all_reduce_together([p.grad for p in net.parameters()], mean=True)
+    all_reduce_together([cast(torch.Tensor, p.grad) for p in net.parameters()], mean=True)
 
 
 def context_parallel_worker(

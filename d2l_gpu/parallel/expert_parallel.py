@@ -177,7 +177,8 @@ class ExpertParallelMoE(nn.Module):
         mine = moe.experts[rank * self.local : (rank + 1) * self.local]
         self.experts = copy.deepcopy(mine)
         self.aux_loss: torch.Tensor | None = None
-        self.dropped, self.traffic = 0, {}
+        self.dropped = 0
+        self.traffic: dict[str, int] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.d_model)

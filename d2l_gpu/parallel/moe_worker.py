@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -96,7 +97,7 @@ def train_moe_one_device(work: MoEWorkload) -> dict:
         raise TypeError(f"train_moe_one_device: work must be a MoEWorkload, got {work!r}")
     moe, (x, target) = work.model(), work.data()
     x.requires_grad_(True)
-    first = {}
+    first: dict[str, Any] = {}
 
     def record(step, y):
         if step == 0:
@@ -137,7 +138,7 @@ def expert_parallel_worker(rank: int, world: int, work: MoEWorkload) -> dict:
     predicted = all_to_all_bytes(sent, work.d_model, size)
     ep = ExpertParallelMoE(moe.to(device), rank, world)
     x.requires_grad_(True)
-    first = {}
+    first: dict[str, Any] = {}
 
     def sync():  # the replicated router: sum its gradients (the losses are shares already)
         for p in ep.router.parameters():

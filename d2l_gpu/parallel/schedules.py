@@ -133,7 +133,7 @@ def walk_schedule(schedule: list[list[Action]]):
 def _walk(schedule: list[list[Action]]):
     """The generator behind walk_schedule, which checks the schedule first (at the call)."""
     p = len(schedule)
-    pos, done = [0] * p, set()
+    pos, done = [0] * p, set[tuple[str, int, int]]()  # (kind, stage, micro-batch)
     while any(pos[s] < len(schedule[s]) for s in range(p)):
         progressed = False
         for s in range(p):
@@ -162,7 +162,8 @@ def simulate_schedule(schedule: list[list[Action]], t_forward=1.0, t_backward=2.
     _checks.number("simulate_schedule: t_forward", t_forward)
     _checks.number("simulate_schedule: t_backward", t_backward)
     p = len(schedule)
-    free_at, finish, events = [0.0] * p, {}, []
+    free_at, events = [0.0] * p, []
+    finish: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro-batch) -> time
     for s, kind, i in walk_schedule(schedule):
         deps = [("F", s - 1, i)] if kind == "F" and s > 0 else []
         if kind == "B":
@@ -212,7 +213,9 @@ def run_schedule(
     _check_run(stages, devices, schedule, X, y)
     p, m = len(stages), len(schedule[0]) // 2
     Xs, ys = X.tensor_split(m), y.tensor_split(m)
-    inputs, outputs, grads, losses = {}, {}, {}, []
+    inputs, losses = {}, []
+    outputs: dict[tuple[int, int], torch.Tensor] = {}
+    grads: dict[tuple[int, int], torch.Tensor] = {}
     for s, kind, i in walk_schedule(schedule):
         if kind == "F":
             h = Xs[i] if s == 0 else outputs[(s - 1, i)]
