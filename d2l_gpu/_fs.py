@@ -28,8 +28,9 @@ def sync_folder(folder: Path) -> None:
 
 def replace_file(path, write: Callable[[BinaryIO], object]) -> Path:
     """Write `path` all or nothing: `write(f)` fills a temporary file beside it, which is flushed
-    to disk and renamed over `path`; a crash at any point leaves the old file intact."""
-    path = Path(path)
+    to disk and renamed over `path`; a crash at any point leaves the old file intact. A symbolic
+    link is written through: its target gets the new content and the link stays a link."""
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -49,6 +49,22 @@ def test_fit_rejects_bad_input():
         costmodel.fit_alpha_beta([1.0, 2.0], [1.0, 0.0])
 
 
+@pytest.mark.parametrize(
+    ("sizes", "times", "said"),
+    [
+        ([1e3, 1e4, 1e5], [1e-4, float("nan"), 1e-3], "finite number, not NaN or inf"),
+        ([1e3, float("inf")], [1e-4, 1e-3], "finite number, not NaN or inf"),
+        ([4096, 4096, 4096], [1e-4, 1.1e-4, 0.9e-4], "at least 2 different sizes"),
+        ([-1.0, 1e3], [1e-4, 1e-3], "every size 0 or more"),
+    ],
+)
+def test_fit_refuses_what_it_cannot_fit_with_a_sentence(sizes, times, said):
+    """Issue 46: NaN reached torch.linalg.lstsq, whose internal assert asked the student to
+    report our bug to PyTorch; one distinct size returned a fit of two unknowns from one."""
+    with pytest.raises(ValueError, match=said):
+        costmodel.fit_alpha_beta(sizes, times)
+
+
 def test_leaving_out_one_size_moves_the_fit_little():
     """Lesson 12 checks this on its own measurement; here on times with one lucky outlier (a 4 KiB
     message at 0.3x its time). Leaving out any one size moves the robust fit by 3%. The

@@ -145,3 +145,15 @@ def test_failed_tidy_write_leaves_the_notebook_intact(tmp_path):
     assert f"not tidied: {path}: cannot write it (File too large); it is unchanged" in done.stdout
     assert "Traceback" not in done.stderr
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX links")
+def test_tidy_through_a_link_tidies_the_notebook_and_keeps_the_link(tmp_path):
+    """Issue 46: the atomic write renamed over the link, leaving the real notebook untidied."""
+    real = tmp_path / "real.ipynb"
+    real.write_text(json.dumps(messy_notebook()))
+    link = tmp_path / "link.ipynb"
+    link.symlink_to(real.name)
+    assert nbtools.tidy_file(link)
+    assert link.is_symlink() and os.readlink(link) == real.name
+    assert real.read_text() == nbtools.dumps(nbtools.tidy(messy_notebook()))

@@ -21,6 +21,34 @@ def test_bad_lr_refused_at_parse_time(lr, capsys):
     assert "argument --lr:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("seed", ["18446744073709551616", str(2**32), "-1", "1.5", "lucky"])
+def test_a_seed_pytorch_cannot_take_is_refused_at_parse_time(seed, capsys):
+    """Issue 46: 2**64 ended in a traceback from torch.manual_seed on rank 0 (exit 1)."""
+    with pytest.raises(SystemExit) as stop:
+        train.parse_args(["--seed", seed])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --seed:" in err and "Traceback" not in err
+
+
+def test_a_seed_out_of_range_is_refused_by_the_settings_too():
+    assert train.parse_args(["--seed", str(2**32 - 1)]).seed == 2**32 - 1  # the largest works
+    with pytest.raises(ValueError, match="--seed must be a whole number from 0 to 4294967295"):
+        train.TrainConfig(seed=2**64)
+
+
+@pytest.mark.parametrize(("rank", "said"), [("0", True), ("1", False), ("3", False)])
+def test_a_refusal_under_torchrun_is_said_once_by_rank_0(rank, said, monkeypatch, capsys):
+    """Issue 46: every rank printed the usage and the sentence; now rank 0 says it, all exit 2."""
+    monkeypatch.setenv("RANK", rank)
+    with pytest.raises(SystemExit) as stop:
+        train.parse_args(["--model", "lenet", "--strategy", "fsdp-tp"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert ("--strategy fsdp-tp splits a transformer" in err) is said
+    assert said or err == ""
+
+
 def test_checkpoint_and_save_the_same_file_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:

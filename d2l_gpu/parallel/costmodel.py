@@ -53,8 +53,12 @@ def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> 
         raise ValueError(f"need at least 2 (size, time) pairs, got {len(sizes)} and {len(times)}")
     n = torch.tensor(sizes, dtype=torch.float64)
     t = torch.tensor(times, dtype=torch.float64)
-    if (t <= 0).any():
-        raise ValueError("every measured time must be positive")
+    if not (torch.isfinite(n).all() and torch.isfinite(t).all()):
+        raise ValueError("every size and time must be a finite number, not NaN or inf")
+    if (t <= 0).any() or (n < 0).any():
+        raise ValueError("every measured time must be positive, and every size 0 or more")
+    if len(set(sizes)) < 2:  # one size: any alpha fits with a matching beta
+        raise ValueError(f"need at least 2 different sizes to tell alpha from beta, got {sizes}")
     scale, weight = t, torch.ones_like(t)  # first divide each equation by its measured time
     for _ in range(rounds):
         s = weight.sqrt() / scale

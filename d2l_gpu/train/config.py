@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from torch import nn
@@ -52,6 +54,22 @@ def _positive_float(text: str) -> float:
     return value
 
 
+SEEDS = 2**32  # --seed takes 0 .. 2**32 - 1: every epoch's seed (seed * 100_003 + epoch) fits
+
+
+def _seed(text: str) -> int:
+    """argparse type for --seed: a whole number PyTorch's generators take, with room per epoch."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < SEEDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 0 to {SEEDS - 1}, not {text}"
+        )
+    return value
+
+
 def flag(default, help=None, **options):  # noqa: A002 - argparse's own word
     """A TrainConfig field and its --flag: `help` gets the default appended, `options` go to
     argparse's add_argument (metavar, choices, type, action)."""
@@ -67,7 +85,7 @@ class TrainConfig:
     batch_size: int = flag(256, "global batch", metavar="B")
     lr: float = flag(0.2, "SGD learning rate", type=_positive_float)
     limit: int | None = flag(None, "use the first N examples per split", metavar="N")
-    seed: int = flag(0, "init and shuffling seed", metavar="S")
+    seed: int = flag(0, "init and shuffling seed", metavar="S", type=_seed)
     checkpoint: str | None = flag(None, "resume from / save to after each epoch", metavar="PATH")
     save: str | None = flag(None, "write the final model state_dict here", metavar="PATH")
     data_dir: str | None = flag(
@@ -123,6 +141,9 @@ class TrainConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name} must be a positive finite number, got {value}")
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
+            raise ValueError(f"--seed must be a whole number from 0 to {SEEDS - 1}, got {seed!r}")
         for name, allowed in (("model", MODELS), ("dtype", DTYPES), ("strategy", STRATEGIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} must be one of {', '.join(allowed)}")
@@ -193,9 +214,19 @@ def _argument(f) -> dict:
     return options
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that says a refusal once under torchrun: rank 0 prints it, every other rank
+    exits 2 without a word (four ranks had printed the usage and the sentence four times)."""
+
+    def error(self, message: str) -> NoReturn:
+        if os.environ.get("RANK", "0") != "0":
+            self.exit(2)
+        super().error(message)
+
+
 def parse_args(argv=None, prog: str = "python -m d2l_gpu.train") -> TrainConfig:
     """Parse the command line into a TrainConfig (exit 2 naming the flag on bad input)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=prog,
         description="Train on Fashion-MNIST, or a character transformer on Python's help text, "
         "on one process or many (under torchrun).",
