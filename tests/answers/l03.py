@@ -1,5 +1,7 @@
 """Lesson 3's exercise checks, each fed a right and a plausible wrong answer."""
 
+from dataclasses import replace
+
 from answers import Answer, Case
 
 NOTEBOOK = "03-copying.ipynb"
@@ -65,19 +67,11 @@ CASES = [
         ),
         why="returns a device tensor, not a float",
     ),
-    Case(
-        cell="def log_on_device(M):",
-        context=SETUP,
-        right=Answer(
-            replace=(
-                FEWER,
-                (
-                    "...  # TODO: return a CPU tensor holding the 1000 norms",
-                    "return torch.stack([torch.linalg.matrix_norm(M @ M) for _ in range(20)])"
-                    ".cpu()",
-                ),
-            )
-        ),
+]
+# the same checks fed the mistake they now count: a wait for the device inside the loop
+CASES += [
+    replace(
+        CASES[0],
         wrong=Answer(
             replace=(
                 FEWER,
@@ -90,20 +84,8 @@ CASES = [
         ),
         why="the right CPU tensor, but one .item() (one wait) per product",
     ),
-    Case(
-        cell="waits_per_step = ...",
-        context=SETUP,
-        right=Answer(
-            replace=(
-                ("waits_per_step = ...", "waits_per_step = 2"),
-                (
-                    "    ...  # TODO",
-                    "    losses = []\n    for _ in range(steps):\n"
-                    "        losses.append((V @ V).square().mean())\n        V = V * 0.5\n"
-                    "    return torch.stack(losses).min().item()",
-                ),
-            )
-        ),
+    replace(
+        CASES[2],
         wrong=Answer(
             replace=(
                 ("waits_per_step = ...", "waits_per_step = 2"),
