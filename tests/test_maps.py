@@ -103,3 +103,54 @@ def test_the_path_check_sees_a_moved_module():
     assert unknown_paths("`d2l_gpu.parallel.costmodel.no_such_function`") == {
         "d2l_gpu.parallel.costmodel.no_such_function"
     }
+
+
+LESSON_ROW = re.compile(r"^\| (\d+) \| `(\d\d-[^`]+)` \| ([^|]*) \|")
+
+
+def lesson_modules(code: str) -> list[str]:
+    """The package modules that lesson code uses: through `d2l.NAME` (the lazy map says where
+    NAME lives) or by path (`from d2l_gpu.parallel import mesh3d`, `d2l_gpu.parallel.costmodel`)."""
+    found = {d2l_gpu._WHERE[n] for n in re.findall(r"\bd2l\.(\w+)", code) if n in d2l_gpu._WHERE}
+    for path in re.findall(r"\bd2l_gpu((?:\.\w+)+)", code):
+        parts = path.strip(".").split(".")
+        for cut in range(len(parts), 0, -1):  # the longest prefix that is a module
+            if (PACKAGE / "/".join(parts[:cut])).with_suffix(".py").is_file() or (
+                PACKAGE / "/".join(parts[:cut]) / "__init__.py"
+            ).is_file():
+                found.add(".".join(parts[:cut]))
+                break
+    for package, names in re.findall(r"from d2l_gpu\.(\w+) import ([\w, ]+)", code):
+        found |= {f"{package}.{n.strip()}" for n in names.split(",")
+                  if (PACKAGE / package / f"{n.strip()}.py").is_file()}  # fmt: skip
+    return sorted(found - {"parallel"})
+
+
+def lesson_rows(text: str) -> dict[str, set[str]]:
+    """notebook stem -> the modules a row of the maintainers' lesson table names."""
+    return {
+        m.group(2): set(re.findall(r"`([\w.]+)`", m.group(3)))
+        for m in map(LESSON_ROW.match, text.splitlines())
+        if m
+    }
+
+
+def test_the_maintainers_lesson_table_names_what_each_lesson_uses():
+    rows = lesson_rows((ROOT / "docs" / "maintaining.md").read_text(encoding="utf-8"))
+    lessons = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+    assert sorted(rows) == [p.stem for p in lessons]
+    for path in lessons:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        used = lesson_modules(code)
+        assert rows[path.stem] == set(used), (
+            f"docs/maintaining.md's row for {path.stem} should name "
+            + ", ".join(f"`{m}`" for m in used)
+        )
+
+
+def test_the_lesson_table_check_sees_a_module_left_out():
+    code = "d2l.try_gpu()\nfrom d2l_gpu.parallel import mesh3d\nd2l_gpu.parallel.costmodel.x"
+    assert lesson_modules(code) == ["devices", "parallel.costmodel", "parallel.mesh3d"]
+    row = "| 14 | `14-x` | `devices`, `parallel.costmodel` | d |"
+    assert lesson_rows(row)["14-x"] != set(lesson_modules(code))
