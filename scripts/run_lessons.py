@@ -86,7 +86,7 @@ def key_result(nb) -> str:
 MEASUREMENTS = ROOT / "docs" / "measurements.md"  # where the table of seconds and key results is
 
 
-def readme_with_key_results(text: str, lessons: Path = ROOT / "notebooks") -> str:
+def table_with_key_results(text: str, lessons: Path = ROOT / "notebooks") -> str:
     """`text` (docs/measurements.md) with each row of its generated table given the key result
     of the committed notebook it names: the column can then never differ from the notebooks."""
     out = []
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.key_results:
         text = MEASUREMENTS.read_text(encoding="utf-8")
-        write_atomic(MEASUREMENTS, readme_with_key_results(text))
+        write_atomic(MEASUREMENTS, table_with_key_results(text))
         print("docs/measurements.md: key results taken from the committed notebooks")
         return 0
 

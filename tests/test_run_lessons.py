@@ -47,7 +47,7 @@ def test_the_readme_key_results_are_the_committed_notebooks():
     """docs/measurements.md's table says what each committed notebook's key-result cell printed
     (issue 41): `python scripts/run_lessons.py --key-results` writes them; a typed figure fails."""
     text = run_lessons.MEASUREMENTS.read_text(encoding="utf-8")
-    assert run_lessons.readme_with_key_results(text) == text, (
+    assert run_lessons.table_with_key_results(text) == text, (
         "docs/measurements.md's key results differ from the committed notebooks: run "
         "`python scripts/run_lessons.py --key-results`"
     )
@@ -59,5 +59,5 @@ def test_the_key_results_are_rewritten_from_the_notebook(tmp_path):
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="first\nall good: True\n")]
     (tmp_path / "01-a.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(cells=[cell])))
     typed = "intro\n| 01-a | ok | 1.0¹ | all good: 0.93x |\n| 02-b | ok | 2.0 | kept |\n"
-    out = run_lessons.readme_with_key_results(typed, tmp_path)
+    out = run_lessons.table_with_key_results(typed, tmp_path)
     assert out == "intro\n| 01-a | ok | 1.0¹ | all good: True |\n| 02-b | ok | 2.0 | kept |\n"
