@@ -9,7 +9,7 @@ VENV ?= .venv
 export VENV
 COURSE := $(PYTHON) scripts/course.py
 
-.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser stress gpu-report spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser site stress gpu-report spread kernel lock clean
 
 setup:  ## create .venv with the learners' lock and the package
 	$(COURSE) setup
@@ -65,7 +65,10 @@ format:  ## ruff-format .py and .ipynb, then normalise the notebooks
 slides:  ## offline reveal.js decks under build/slides (fetches reveal.js with npm once)
 	$(COURSE) slides
 
-test-browser:  ## each lesson run in JupyterLab in headless Chromium; each deck viewed
+site:  ## the course website, English and Chinese, in build/site/ (Sphinx; the decks first)
+	$(COURSE) site
+
+test-browser:  ## each lesson run in JupyterLab in headless Chromium; each deck and website page viewed
 	$(COURSE) test-browser
 
 lock:  ## re-resolve both locks from requirements*.in (needs the registry and a CPU torch 2.13.0 wheel, as on the project's machines)
@@ -76,6 +79,8 @@ lock:  ## re-resolve both locks from requirements*.in (needs the registry and a 
 	sed -i 's/^torch==\([0-9.]*\)+cpu /torch==\1     /' requirements.txt  # any build of that version
 	build/lockenv/bin/pip-compile --quiet --upgrade --strip-extras --annotation-style line \
 	  --no-emit-find-links --no-emit-index-url -o requirements-dev.txt requirements-dev.in
+	build/lockenv/bin/pip-compile --quiet --upgrade --strip-extras --annotation-style line \
+	  --no-emit-find-links --no-emit-index-url -o requirements-site.txt requirements-site.in
 
 clean:
 	$(COURSE) clean
