@@ -17,6 +17,7 @@ check         ruff, mypy, notebook hygiene    format              ruff format, n
 slides        the reveal.js decks          test-browser        the lessons, decks and website in
                                                                headless Chromium
 site          the website, English and Chinese, in build/site/ (the decks first)
+setup-site    setup-dev, then the website's lock (Sphinx, myst-nb, the theme, jieba)
 stress        40 two-rank torchrun jobs    gpu-report          the GPU acceptance run
 spread        the spread of the "it learns" figures            clean    remove build/ and caches
 
