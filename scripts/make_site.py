@@ -101,7 +101,7 @@ def rewrite(text: str, page: str, lang: str, members: set[str], linked: set[str]
     def one(m: re.Match) -> str:
         target, raw = site_target(m.group(2), page, lang, members)
         if raw:
-            label = m.group(1)[1:-2]
+            label = m.group(1).removeprefix("!")[1:-2]  # "[label](" without its brackets
             return f'<a href="{target}">{label}</a>'
         if not re.match(r"^[a-z][a-z0-9+.-]*:|^#", m.group(2)):
             path = m.group(2).partition("#")[0]
