@@ -223,8 +223,8 @@ def run_workers(
 ) -> list:
     """Run `fn(rank, world_size, *args)` in `world_size` processes; return each rank's result.
 
-    Shown in lessons 10-12. The processes meet through a file in a private temporary folder, so
-    no network port is opened for the rendezvous. A gloo group runs one worker thread
+    Shown in lessons 8 and 10-12. The processes meet through a file in a private temporary
+    folder, so no network port is opened for the rendezvous. A gloo group runs one worker thread
     (d2l_gpu.gloo): collectives one after the other, as the workers call them.
     """
     _check_arguments(fn, world_size, backend, timeout, threads)

@@ -154,3 +154,50 @@ def test_the_lesson_table_check_sees_a_module_left_out():
     assert lesson_modules(code) == ["devices", "parallel.costmodel", "parallel.mesh3d"]
     row = "| 14 | `14-x` | `devices`, `parallel.costmodel` | d |"
     assert lesson_rows(row)["14-x"] != set(lesson_modules(code))
+
+
+SHOWN = re.compile(r"Shown in lessons? ([0-9][0-9, and-]*)")
+
+
+def shown_in(doc: str) -> list[int]:
+    """The lessons a docstring's "Shown in lesson(s) ..." names ("8 and 10-12": 8, 10, 11, 12)."""
+    m = SHOWN.search(" ".join(doc.split()))
+    if not m:
+        return []
+    found: list[int] = []
+    for first, last in re.findall(r"(\d+)(?:-(\d+))?", m.group(1)):
+        found += range(int(first), int(last or first) + 1)
+    return found
+
+
+def used_before_shown(lessons: list[Path]) -> list[str]:
+    """Each `d2l.` name a lesson's code uses before the first lesson its own docstring names."""
+    import inspect
+
+    import d2l_gpu as d2l
+
+    late = []
+    for path in lessons:
+        number = int(path.name[:2])
+        cells = json.loads(path.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        for name in sorted(set(re.findall(r"\bd2l\.([A-Za-z_]\w*)", code))):
+            named = shown_in(inspect.getdoc(getattr(d2l, name, None)) or "")
+            if named and min(named) > number:
+                late.append(f"lesson {number} uses d2l.{name}, shown in lesson {min(named)}")
+    return late
+
+
+def test_no_lesson_uses_a_name_before_the_lesson_that_shows_it():
+    """Issue 42: lesson 8 ran d2l.run_workers, which only lesson 10 explained. A name's docstring
+    says where it is taught ("Shown in lesson N"); no lesson may use it earlier."""
+    assert shown_in("Run it.\n\n    Shown in lessons 8 and\n    10-12. More.") == [8, 10, 11, 12]
+    assert used_before_shown(sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))) == []
+
+
+def test_used_before_shown_sees_a_name_used_too_early(tmp_path):
+    """Negative control: a lesson 2 that calls d2l.run_workers (shown in lesson 8) is caught."""
+    nb = {"cells": [{"cell_type": "code", "source": ["d2l.run_workers(f, 2)\n"]}]}
+    early = tmp_path / "02-early.ipynb"
+    early.write_text(json.dumps(nb))
+    assert used_before_shown([early]) == ["lesson 2 uses d2l.run_workers, shown in lesson 8"]
