@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbtools
 import pytest
+from lesson_minutes import reading_minutes  # the README's rate, one definition
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -417,20 +418,6 @@ def test_record_rule_refuses_a_busy_or_forced_run():
 
 
 README_ROW = re.compile(r"^\| (\d+) \| \[[^\]]*\]\(notebooks/([^)]+)\).*\| ~(\d+) min([^|]*)\|\s*$")
-
-
-def reading_minutes(path: Path) -> float:
-    """The README's rate for the lesson part: 50 words or 10 lines of code a minute."""
-    words = lines = 0
-    for cell in json.loads(path.read_text())["cells"]:
-        text = "".join(cell["source"])
-        if cell["cell_type"] == "markdown" and text.startswith("## Exercises"):
-            break
-        if cell["cell_type"] == "markdown":
-            words += len(text.split())
-        else:
-            lines += sum(1 for line in text.splitlines() if line.strip())
-    return words / 50 + lines / 10
 
 
 def test_readme_class_times_follow_its_own_rate():
