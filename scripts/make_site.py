@@ -7,7 +7,7 @@ Two editions, English in build/site/ and Chinese in build/site/zh/, each a Sphin
 - lessons/ and solutions/: the committed notebooks with their outputs (nothing is executed);
 - docs/: the docs pages (the Chinese edition takes a page's translation where there is one);
 - img/: the diagrams; files/: any other file of the project a page links to, offered as a download;
-- _extra/notebooks/: the notebooks as committed, for the "Download the notebook" link;
+- _extra/download/: the notebooks as committed, for the "Download the notebook" link;
 - edition.json: each notebook's execution record, and the pages the other edition has (a page
   without a counterpart, such as the Chinese glossary, switches to the other edition's home).
 
@@ -142,20 +142,21 @@ def write_sources(lang: str, vendor: Path) -> Path:
     shutil.copytree(ROOT / "site", src)
     shutil.copytree(vendor, src / "_vendor" / "mathjax")
     files, linked, records = pages(lang), set(), {}
+    members = set(files)
     for page in files:
         dest = src / page_path(page)
         dest.parent.mkdir(parents=True, exist_ok=True)
         text = (ROOT / page).read_text(encoding="utf-8")
         if page.endswith(".md"):
-            text = rewrite(text, page, lang, set(files), linked)
+            text = rewrite(text, page, lang, members, linked)
             dest.write_text(text + (toctree(lang, files) if dest.name == "index.md" else ""))
             continue
         nb = json.loads(text)
         for cell in nb["cells"]:
             if cell["cell_type"] == "markdown":
-                cell["source"] = rewrite("".join(cell["source"]), page, lang, set(files), linked)
+                cell["source"] = rewrite("".join(cell["source"]), page, lang, members, linked)
         dest.write_text(json.dumps(nb, ensure_ascii=False))
-        copy = src / "_extra" / "notebooks" / PurePosixPath(page).parts[0] / dest.name
+        copy = src / "_extra" / "download" / PurePosixPath(page).parts[0] / dest.name
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / page, copy)
         deck = f"{'zh-' if lang == 'zh' else ''}{dest.stem}.slides.html"

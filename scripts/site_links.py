@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 # folders of the build that are not pages of an edition: assets, sources, the decks
 NOT_PAGES = ("_static", "_sources", "_downloads", "_images", "jupyter_execute", "slides",
-             "notebooks", "files")  # fmt: skip
+             "download", "files")  # fmt: skip
 
 
 def site_pages(site: Path, edition: str) -> list[str]:
