@@ -9,7 +9,7 @@ VENV ?= .venv
 export VENV
 COURSE := $(PYTHON) scripts/course.py
 
-.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser site stress gpu-report spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser site stress gpu-report fuzz spread kernel lock clean
 
 setup:  ## create .venv with the learners' lock and the package
 	$(COURSE) setup
@@ -52,6 +52,9 @@ stress:  ## 40 two-rank torchrun jobs; prints how many exited non-zero (must be 
 
 gpu-report:  ## on a machine with an accelerator: the acceptance run, build/gpu-report.md
 	$(COURSE) gpu-report
+
+fuzz:  ## the property-based sweeps of every public function and flag, many random examples each
+	$(COURSE) fuzz
 
 spread:  ## how much the "it learns" test figures vary here (seeds x options x threads)
 	$(COURSE) spread

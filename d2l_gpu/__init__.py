@@ -9,7 +9,8 @@ Layout: the top level says the role, each subpackage holds one kind of thing.
     core (top level)  devices, models and gpt (every model, once), training, recipe,
                       plotting, perf, profiling, distributed, gloo, workers, processes, jobs,
                       stopping, torchrun (private torchrun for one machine, a command), ddp (the
-                      training script's first name), _checks (argument checks), _fs, _live
+                      training script's first name), _checks (argument checks), _typed (each
+                      public name says which argument misfits), _fs, _live
     data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
     parallel/         one module per parallelism technique the lessons build (see its docstring)
     book/             the book's own names and classes (HyperParameters, Trainer, train_ch6, ...)

@@ -40,6 +40,42 @@ def number(name: str, value, *, positive: bool = False) -> float:
     return value
 
 
+def positive_arg(text: str) -> float:
+    """argparse type: a finite number above zero (seconds, a rate), else argparse's sentence."""
+    return _number_arg(text, 0.0, above=True)
+
+
+def nonnegative_arg(text: str) -> float:
+    """argparse type: a finite number of 0 or more (a delay), else argparse's sentence."""
+    return _number_arg(text, 0.0, above=False)
+
+
+def count_arg(text: str) -> int:
+    """argparse type: a whole number from 1 to 2**63 - 1 (a count, a size), else a sentence."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 2**63 - 1, not {text}")
+    return value
+
+
+def _number_arg(text: str, bound: float, *, above: bool) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < bound or (above and value == bound):
+        sign = ">" if above else ">="
+        raise argparse.ArgumentTypeError(f"must be a finite number {sign} {bound:g}, got {text}")
+    return value
+
+
 def floating_dtype(name: str, value):
     """`value` if it is a floating torch.dtype such as torch.float32, else a sentence."""
     import torch
@@ -86,6 +122,14 @@ def items(name: str, value, *, least: int = 1) -> list:
     if len(value) < least:
         raise ValueError(f"{name} must hold at least {least} item(s), got {value!r}")
     return value
+
+
+def pairs(name: str, data_iter):
+    """The batches of `data_iter`, each refused with a sentence unless it is an (X, y) pair."""
+    for i, batch in enumerate(data_iter):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise TypeError(f"{name} must give (X, y) batches, got {batch!r:.60} as batch {i}")
+        yield batch
 
 
 def module(name: str, value, *, sequential: bool = False):

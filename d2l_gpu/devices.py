@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from . import _checks
+from ._typed import wrap_public
 
 PROFILES = ("quick", "full", "auto")
 DIRECTML = "privateuseone"  # the device type that torch_directml registers
@@ -245,3 +246,6 @@ def describe_profile() -> str:
         why = "auto: no accelerator found"
     what = "the real lesson" if p == "full" else "a short, honest version with less data"
     return f"profile: {p} ({why}) -> {what}"
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

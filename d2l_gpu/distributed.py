@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import _checks
+from ._typed import wrap_public
 from .gloo import one_worker_thread
 from .processes import children, ended, parent_gone
 
@@ -32,7 +33,12 @@ _STORE: dist.Store | None = None
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on `host` that is free right now (the OS picks it)."""
     with socket.socket() as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except (OSError, TypeError, UnicodeError) as e:
+            raise ValueError(
+                f"free_port: host {host!r} is no address of this machine ({e})"
+            ) from None
         return s.getsockname()[1]
 
 
@@ -318,3 +324,6 @@ def rank_device(rank: int | None = None) -> torch.device:
         rank = dist.get_rank() if rank is None else rank
         return torch.device("cuda", rank % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

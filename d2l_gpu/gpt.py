@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import _checks
+from ._typed import wrap_public
 
 
 class TransformerBlock(nn.Module):
@@ -53,3 +54,6 @@ def transformer(
     return nn.Sequential(
         nn.Embedding(vocab, d_model), *blocks, nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
     )
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import _checks
+from ._typed import wrap_public
 from .distributed import worker_pids
 from .processes import kill_tree
 
@@ -213,3 +214,6 @@ def launch_nodes(
         Finished(p.returncode, out, switched_off and i == leaving)
         for i, (p, out) in enumerate(zip(procs, outputs, strict=True))
     ]
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

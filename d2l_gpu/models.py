@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import _checks
+from ._typed import wrap_public
 from .devices import is_out_of_memory
 
 
@@ -132,7 +133,11 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     return net
 
 
-def materialize(net: nn.Module, shape=(1, 1, 28, 28), device=None) -> nn.Module:
+def materialize(
+    net: nn.Module,
+    shape: tuple[int, ...] = (1, 1, 28, 28),
+    device: torch.device | str | None = None,
+) -> nn.Module:
     """Give every lazy layer its real shape by running one dummy batch (running stats untouched)."""
     was_training = net.training
     net.eval()
@@ -261,3 +266,6 @@ def lenet_sequential(seed: int = 0, scale: float = 0.1) -> nn.Sequential:
     return nn.Sequential(
         *(layer for block in lenet_blocks(lenet_params(seed, scale)) for layer in block)
     )
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 import platform
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import _checks
+from ._typed import wrap_public
 from .models import has_lazy
 from .training import Timer
 
@@ -52,14 +53,20 @@ def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: i
     return statistics.median(timer.times)
 
 
-def examples_per_second(data_iter, device=None, *, warmup=1, repeat=3) -> float:
+def examples_per_second(
+    data_iter: Iterable,
+    device: torch.device | str | None = None,
+    *,
+    warmup: int = 1,
+    repeat: int = 3,
+) -> float:
     """Examples per second of a pass over `data_iter`, each batch moved to `device` (median)."""
     _checks.device("examples_per_second: device", device, optional=True)
     counts = []
 
     def one_pass():
         n = 0
-        for X, y in data_iter:
+        for X, y in _checks.pairs("examples_per_second: data_iter", data_iter):
             if device is not None:
                 X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
             n += len(y)
@@ -156,3 +163,6 @@ class HostWaits:
             else:
                 setattr(torch.Tensor, name, saved)
         self._saved = {}
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

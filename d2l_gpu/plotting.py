@@ -3,7 +3,11 @@ book's board for its Trainer, lives in d2l_gpu.book.board)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
+from . import _checks
 from ._live import LiveFigure
+from ._typed import wrap_public
 
 
 def pyplot():
@@ -27,6 +31,8 @@ def set_figsize(figsize: tuple[float, float] = (3.5, 2.5)) -> None:
 
 def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend) -> None:
     """Set the axes for matplotlib."""
+    if not hasattr(axes, "set_xscale"):
+        raise TypeError(f"set_axes: axes must be matplotlib's Axes (plt.gca()), got {axes!r:.60}")
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.set_xscale(xscale)
@@ -48,18 +54,25 @@ def _has_one_axis(X) -> bool:
 def plot(
     X,
     Y=None,
-    xlabel=None,
-    ylabel=None,
-    legend=(),
-    xlim=None,
-    ylim=None,
-    xscale="linear",
-    yscale="linear",
-    fmts=("-", "m--", "g-.", "r:"),
-    figsize=(3.5, 2.5),
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    legend: Sequence[str] = (),
+    xlim: tuple[float, float] | None = None,
+    ylim: tuple[float, float] | None = None,
+    xscale: str = "linear",
+    yscale: str = "linear",
+    fmts: Sequence[str] = ("-", "m--", "g-.", "r:"),
+    figsize: tuple[float, float] = (3.5, 2.5),
     axes=None,
 ):
     """Plot data points."""
+    for name, value in (("X", X), ("Y", Y)):
+        if value is not None and not (isinstance(value, (list, tuple)) or hasattr(value, "ndim")):
+            raise TypeError(f"plot: {name} must be a tensor, an array or a list, got {value!r:.60}")
+    if axes is not None and not hasattr(axes, "cla"):
+        raise TypeError(
+            f"plot: axes must be matplotlib's Axes (plt.gca()) or None, got {axes!r:.60}"
+        )
     if _has_one_axis(X):
         X = [X]
     if Y is None:
@@ -78,13 +91,17 @@ def plot(
     return axes
 
 
-def show_images(imgs, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
+def show_images(imgs: Iterable, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
     """Plot a list of images."""
     figsize = (num_cols * scale, num_rows * scale)
-    _, axes = pyplot().subplots(num_rows, num_cols, figsize=figsize)
+    _, axes = pyplot().subplots(num_rows, num_cols, figsize=figsize, squeeze=False)
     axes = axes.flatten()
     for i, (ax, img) in enumerate(zip(axes, imgs, strict=False)):
         img = img.detach().cpu().numpy() if hasattr(img, "detach") else img
+        if not hasattr(img, "squeeze") or img.squeeze().ndim not in (2, 3):
+            raise ValueError(
+                f"show_images: image {i} is not a picture (2 or 3 dims), got {img!r:.50}"
+            )
         ax.imshow(img.squeeze(), cmap="gray")
         ax.axes.get_xaxis().set_visible(False)
         ax.axes.get_yaxis().set_visible(False)
@@ -103,20 +120,22 @@ class Animator:
 
     def __init__(
         self,
-        xlabel=None,
-        ylabel=None,
-        legend=None,
-        xlim=None,
-        ylim=None,
-        xscale="linear",
-        yscale="linear",
-        fmts=("-", "m--", "g-.", "r:"),
-        nrows=1,
-        ncols=1,
-        figsize=(3.5, 2.5),
-        title=None,
-        min_interval=0.5,
+        xlabel: str | None = None,
+        ylabel: str | None = None,
+        legend: Sequence[str] | None = None,
+        xlim: tuple[float, float] | None = None,
+        ylim: tuple[float, float] | None = None,
+        xscale: str = "linear",
+        yscale: str = "linear",
+        fmts: Sequence[str] = ("-", "m--", "g-.", "r:"),
+        nrows: int = 1,
+        ncols: int = 1,
+        figsize: tuple[float, float] = (3.5, 2.5),
+        title: str | None = None,
+        min_interval: float = 0.5,
     ):
+        _checks.whole("Animator: nrows", nrows)
+        _checks.whole("Animator: ncols", ncols)
         legend = legend or []
         plt = pyplot()
         self.fig, self.axes = plt.subplots(nrows, ncols, figsize=figsize)
@@ -126,7 +145,9 @@ class Animator:
         self.config_axes = lambda: set_axes(
             self.axes[0], xlabel, ylabel, xlim, ylim, xscale, yscale, legend
         )
-        self.title, self.fmts, self.X, self.Y = title, fmts, None, None
+        self.title, self.fmts = title, fmts
+        self.X: list[list] | None = None  # one list of x values per series, from the first add
+        self.Y: list[list] | None = None
         self._view = LiveFigure(self._render, min_interval)
         self.live = self._view.live
 
@@ -163,3 +184,6 @@ class Animator:
     def show(self) -> None:
         """Draw the figure now (in a notebook: display it, or update the one shown)."""
         self._view.show()
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

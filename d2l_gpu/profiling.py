@@ -26,6 +26,7 @@ import torch
 
 from . import _checks
 from ._fs import replace_file
+from ._typed import wrap_public
 from .devices import synchronize
 
 BACKWARD = "autograd::engine::evaluate_function"  # one event per gradient function run
@@ -57,24 +58,32 @@ def _trace_path(caller: str, path) -> Path:
     return path
 
 
-def profile_step(step: Callable[[], object], path, *, device=None, warmup: int = 2) -> list[dict]:
+def profile_step(
+    step: Callable[[], object],
+    path: str | os.PathLike,
+    *,
+    device: torch.device | str | None = None,
+    warmup: int = 2,
+) -> list[dict]:
     """Run `step()` `warmup` times, then once under torch.profiler; save the trace to `path`."""
     _checks.callable_("profile_step: step", step)
     _checks.whole("profile_step: warmup", warmup, least=0)
-    device = _checks.device("profile_step: device", device or "cpu", available=True)
+    where = _checks.device(
+        "profile_step: device", "cpu" if device is None else device, available=True
+    )
     path = _trace_path("profile_step", path)
     activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
+    if where.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     for _ in range(warmup):  # first calls allocate, pick algorithms, build DDP's buckets
         step()
-    synchronize(device)
+    synchronize(where)
     prof = torch.profiler.profile(activities=activities)
     with quiet_stderr():  # the profiler logs every start and stop
         prof.start()
     try:
         step()
-        synchronize(device)  # the device's queued work belongs to this step
+        synchronize(where)  # the device's queued work belongs to this step
     finally:
         with quiet_stderr():
             prof.stop()
@@ -85,7 +94,7 @@ def profile_step(step: Callable[[], object], path, *, device=None, warmup: int =
     return trace_events(path)
 
 
-def trace_events(path) -> list[dict]:
+def trace_events(path: str | os.PathLike) -> list[dict]:
     """The timed events of a Chrome trace file: name, category, thread, start and duration (us)."""
     path = Path(path)
     if not path.is_file():
@@ -262,3 +271,6 @@ def ddp_scaling_worker(rank: int, world_size: int, batch_per_rank: int = 64, rep
         torch.distributed.barrier()  # every rank starts each measurement together
         times[name] = measure(step, device=device, warmup=2, repeat=repeat)
     return times
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import _checks
+from ._typed import wrap_public
 from .devices import try_all_gpus
 from .models import init_weights, materialize
 from .plotting import Animator
@@ -124,7 +125,9 @@ def make_step(
     return step
 
 
-def warmup_cosine(optimizer, total_steps: int, warmup_steps: int = 0, cosine: bool = False):
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, cosine: bool = False
+):
     """LambdaLR: linear warm-up over `warmup_steps`, then constant or cosine decay to zero."""
 
     def factor(i):
@@ -230,3 +233,6 @@ def train_concise(
         secs = result["sec_per_epoch"]
         print(f"test acc: {accs[-1]:.2f}, {secs:.1f} sec/epoch on {result['devices']}")
     return result
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from . import _checks
+from ._typed import wrap_public
 from .devices import synchronize
 
 
@@ -72,6 +73,11 @@ class Accumulator:
 
 def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> float:
     """Compute the number of correct predictions."""
+    if y_hat.dim() == 0 or y.dim() == 0 or y_hat.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"accuracy: y_hat and y must hold one row per example, got shapes "
+            f"{tuple(y_hat.shape)} and {tuple(y.shape)}"
+        )
     if len(y_hat.shape) > 1 and y_hat.shape[1] > 1:
         y_hat = y_hat.argmax(axis=1)
     cmp = y_hat.type(y.dtype) == y
@@ -95,7 +101,7 @@ def evaluate_accuracy_gpu(
             device = next(iter(net.parameters())).device
     correct = total = None
     with torch.no_grad():
-        for X, y in data_iter:
+        for X, y in _checks.pairs("evaluate_accuracy_gpu: data_iter", data_iter):
             if isinstance(X, (list, tuple)):
                 X = [x.to(device) for x in X]
             else:
@@ -146,3 +152,6 @@ def data_parallel(net: nn.Module, devices) -> nn.Module:
     if len(ids) < 2:  # nothing to split: DataParallel would just call net (knows only CUDA)
         return net
     return nn.DataParallel(net, device_ids=ids)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ._typed import wrap_public
 from .distributed import end_with_parent, leave_group, lost_contact, pick_backend
 from .gloo import one_worker_thread
 from .processes import pid_alive
@@ -335,3 +336,6 @@ def _collect(procs, outdir, world_size: int, timeout: float, running: list[int])
             "the work is just slow, pass a larger timeout="
         )
     return results
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

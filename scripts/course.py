@@ -328,6 +328,15 @@ class Course:
         self.setup_dev()
         self.run(self.py, "scripts/gpu_report.py")
 
+    def fuzz(self) -> None:
+        """The property-based sweeps with many random examples each (`make test` draws a few,
+        the same every run); what they find stays in build/hypothesis and is tried first next
+        time. Long: about 10 minutes on two cores."""
+        self.setup_dev()
+        sweeps = ["tests/test_sweep_functions.py", "tests/test_sweep_flags.py"]
+        self.run(self.py, "-m", "pytest", "-n", str(workers()), "-p", "no:cacheprovider",
+                 *sweeps, env={**TEST_MALLOC, "D2L_GPU_FUZZ": "fuzz"})  # fmt: skip
+
     def spread(self) -> None:
         self.setup_dev()
         self.run(self.py, "benchmarks/learning_spread.py")

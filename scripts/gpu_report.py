@@ -37,6 +37,9 @@ from pathlib import Path
 from gpu_report_logic import STEPS, checks, markdown, passed
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: import this checkout's d2l_gpu
+from d2l_gpu._checks import count_arg, positive_arg  # noqa: E402 - light: no torch imported
+
 PY = sys.executable
 NEEDS = (
     "scripts/gpu_report.py needs a machine with an accelerator: PyTorch {torch} sees none here. "
@@ -270,9 +273,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--steps", default=",".join(STEPS), help="comma-separated, of: " + " ".join(STEPS)
     )
-    p.add_argument("--epochs", type=int, default=10, help="training epochs (10: the targets')")
-    p.add_argument("--limit", type=int, help="examples per split, for a smoke run")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per command (lessons: x4)")
+    p.add_argument(
+        "--epochs", type=count_arg, default=10, help="training epochs (10: the targets')"
+    )
+    p.add_argument("--limit", type=count_arg, help="examples per split, for a smoke run")
+    p.add_argument(
+        "--timeout", type=positive_arg, default=1800, help="seconds per command (lessons: x4)"
+    )
     p.add_argument("--out", default=str(ROOT / "build"), help="folder for the report")
     p.add_argument("--worker", choices=["lenet", "resnet"], help=argparse.SUPPRESS)
     p.add_argument("--devices", choices=["1", "all"], default="1", help=argparse.SUPPRESS)

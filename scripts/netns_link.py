@@ -30,6 +30,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: import this checkout's d2l_gpu
+from d2l_gpu._checks import count_arg, nonnegative_arg, positive_arg  # noqa: E402 - no torch
+
 PORT = 29511  # inside a fresh namespace every port is free
 ADDRESSES = ("10.211.0.1", "10.211.0.2")  # exist only inside the two namespaces made here
 
@@ -226,11 +229,15 @@ def _stop(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether it can run here")
-    parser.add_argument("--rate-mbit", type=float, default=100.0, help="link between machines")
-    parser.add_argument("--delay-ms", type=float, default=1.0, help="added where netem exists")
-    parser.add_argument("--size-kb", type=int, default=1024, help="the all-reduced tensor")
-    parser.add_argument("--rounds", type=int, default=5, help="timed repetitions (median)")
-    parser.add_argument("--timeout", type=float, default=240.0, help="seconds for the ranks")
+    parser.add_argument(
+        "--rate-mbit", type=positive_arg, default=100.0, help="link between machines"
+    )
+    parser.add_argument(
+        "--delay-ms", type=nonnegative_arg, default=1.0, help="added where netem exists"
+    )
+    parser.add_argument("--size-kb", type=count_arg, default=1024, help="the all-reduced tensor")
+    parser.add_argument("--rounds", type=count_arg, default=5, help="timed repetitions (median)")
+    parser.add_argument("--timeout", type=positive_arg, default=240.0, help="seconds for the ranks")
     parser.add_argument("--out", help="write the results here as JSON")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]  # nbtools, and d2l_gpu from this checkout
 from nbtools import dumps, first_line, tidy  # noqa: E402
 
+from d2l_gpu._checks import count_arg  # noqa: E402
 from d2l_gpu._fs import write_atomic  # noqa: E402
 
 OUT = ROOT / "build" / "lessons"
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inplace", action="store_true", help="write back over the sources")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--profile", choices=["quick", "full", "auto"])
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--timeout", type=count_arg, default=600, help="seconds per cell")
     parser.add_argument(
         "--force-load",
         action="store_true",

@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: import this checkout's d2l_gpu
 
+from d2l_gpu._checks import count_arg, positive_arg  # noqa: E402
 from d2l_gpu.distributed import free_port, local_torchrun  # noqa: E402
 
 
@@ -111,15 +112,15 @@ def _kill_rank_after_checkpoint(proc, work: Path, timeout: float) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("-n", "--jobs", type=int, default=40, help="number of jobs (40)")
-    p.add_argument("-j", "--parallel", type=int, default=2, help="jobs at the same time (2)")
+    p.add_argument("-n", "--jobs", type=count_arg, default=40, help="number of jobs (40)")
+    p.add_argument("-j", "--parallel", type=count_arg, default=2, help="jobs at the same time (2)")
     p.add_argument("--module", default="d2l_gpu.train", help="script to run (d2l_gpu.train)")
     p.add_argument("--launcher", choices=["private", "tcp"], default="private",
                    help="rendezvous: a private file (default) or c10d on a TCP port")  # fmt: skip
     p.add_argument("--restart", action="store_true", help="kill rank 1 after epoch 1, resume")
     p.add_argument("--strategy", choices=["ddp", "fsdp", "pipeline"], default="ddp",
                    help="the script's --strategy (ddp)")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=180, help="seconds per job (180)")
+    p.add_argument("--timeout", type=positive_arg, default=180, help="seconds per job (180)")
     p.add_argument("--cores", metavar="DIR", help="allow core dumps; keep failed jobs in DIR")
     args = p.parse_args(argv)
     if args.jobs < 1 or args.parallel < 1:

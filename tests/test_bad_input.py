@@ -107,6 +107,46 @@ MORE = [
     ("d2l.load_data_book_style(8, (32, 32))", TypeError, "got (32, 32)"),
     ("d2l.load_data_book_style(8, num_workers=-1)", ValueError, "num_workers must be a whole"),
 ]
+# found by the property-based sweep (tests/test_sweep_functions.py, issue 46), kept as cases
+MORE += [
+    ("d2l.accuracy('logits', torch.ones(2))", TypeError, "accuracy: y_hat must be a torch.Tensor"),
+    ("d2l.accuracy(torch.ones(0), torch.ones(3))", ValueError, "got shapes (0,) and (3,)"),
+    ("d2l.ring_all_reduce(torch.ones(2))", RuntimeError, "needs a process group and none is"),
+    ("d2l.merge(1, 1, 1, 1)", TypeError, "merge: out must be a torch.Tensor, got 1"),
+    (
+        "d2l.merge(torch.ones(2, 3), torch.ones(2), torch.ones(2, 4), torch.ones(2))",
+        ValueError,
+        "merge: out and out_b must have one shape",
+    ),  # fmt: skip
+    ("d2l.AlphaBeta(3, torch.ones(2, 2))", TypeError, "AlphaBeta: beta (bytes per second)"),
+    ("d2l.GlobalBatchNorm(-1)", ValueError, "num_features must be a whole number >= 1, got -1"),
+    ("d2l.Animator(nrows=0)", ValueError, "Animator: nrows must be a whole number >= 1, got 0"),
+    ("d2l.free_port('text')", ValueError, "free_port: host 'text' is no address"),
+    ("d2l.get_fashion_mnist_labels(1)", TypeError, "labels must be an iterable"),
+    ("d2l.get_fashion_mnist_labels([0.5])", TypeError, "labels must be whole numbers, got 0.5"),
+    ("d2l.group_qkv(torch.ones(4, 2), 1)", ValueError, "(a multiple of 3), got shape (4, 2)"),
+    ("d2l.load_sharded(nn.Linear(1, 1), 'nowhere', 1)", FileNotFoundError, "save_sharded wrote"),
+    ("d2l.plot(nn.Linear(1, 1))", TypeError, "plot: X must be a tensor, an array or a list"),
+    ("d2l.show_images([torch.ones(2)], 1, 1)", ValueError, "image 0 is not a picture"),
+    ("d2l.TransformerWorkload(text=torch.ones(3))", TypeError, "text must be True or False"),
+    ("d2l.examples_per_second([1, 2])", TypeError, "must give (X, y) batches, got 1 as batch 0"),
+    ("d2l.sgd('cpu', 0.1, 1)", TypeError, "sgd: params must be an iterable"),
+    ("d2l.warmup_cosine(1, 10)", TypeError, "optimizer must be a torch.optim.Optimizer, got 1"),
+    ("d2l.materialize(nn.Linear(1, 1), torch.ones(2))", TypeError, "shape must be a tuple"),
+    ("d2l.ShardedLayer(torch.ones(2, 2), torch.ones(2), 0, 0.1, 2)", TypeError, "rank must be"),
+    (
+        "d2l.split_over_mesh(nn.Sequential(nn.Linear(1, 1)), 'mesh')",
+        TypeError,
+        "a torch.DeviceMesh",
+    ),
+    ("d2l.adam_step(1, 1, 1, 1, 1, 0.1)", TypeError, "adam_step: p must be a torch.Tensor"),
+    (
+        "d2l.set_axes('axes', None, None, None, None, 'linear', 'linear', [])",
+        TypeError,
+        "set_axes: axes must be matplotlib's Axes",
+    ),  # fmt: skip
+    ("d2l.toy_data(2**64, 4, 3)", ValueError, "toy_data: n must fit in PyTorch's int64, got"),
+]
 NAMES = dict(d2l=d2l, torch=torch, nn=nn, seq=seq, with_grad=with_grad, sgd_for=sgd_for)
 NAMES.update(X=X, Y=Y, LOSS=LOSS, BATCHES=BATCHES, CONCISE=CONCISE)
 

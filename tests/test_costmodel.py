@@ -43,7 +43,7 @@ def test_fit_without_visible_latency_is_bandwidth_only():
 
 
 def test_fit_rejects_bad_input():
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(ValueError, match="need 2 or more"):
         costmodel.fit_alpha_beta([1.0], [1.0])
     with pytest.raises(ValueError, match="positive"):
         costmodel.fit_alpha_beta([1.0, 2.0], [1.0, 0.0])
@@ -52,8 +52,8 @@ def test_fit_rejects_bad_input():
 @pytest.mark.parametrize(
     ("sizes", "times", "said"),
     [
-        ([1e3, 1e4, 1e5], [1e-4, float("nan"), 1e-3], "finite number, not NaN or inf"),
-        ([1e3, float("inf")], [1e-4, 1e-3], "finite number, not NaN or inf"),
+        ([1e3, 1e4, 1e5], [1e-4, float("nan"), 1e-3], "sizes and times must be finite numbers"),
+        ([1e3, float("inf")], [1e-4, 1e-3], "sizes and times must be finite numbers"),
         ([4096, 4096, 4096], [1e-4, 1.1e-4, 0.9e-4], "at least 2 different sizes"),
         ([-1.0, 1e3], [1e-4, 1e-3], "every size 0 or more"),
     ],

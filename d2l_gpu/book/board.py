@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 
 from .._live import LiveFigure
+from .._typed import wrap_public
 from ..plotting import pyplot
 from .hparams import HyperParameters
 
@@ -91,3 +92,6 @@ def _mean(values) -> float:
     """Mean of numbers or 0-d tensors, as a float (one device sync for tensors)."""
     values = list(values)
     return float(sum(values) / len(values))
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -7,12 +7,13 @@ more CUDA devices), timed with synchronisation. The fixes are listed in docs/mai
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
 from .. import _checks
+from .._typed import wrap_public
 from ..devices import try_all_gpus
 from ..models import has_lazy, materialize
 from ..plotting import Animator
@@ -77,7 +78,14 @@ def train_ch6(
     print(f"{n * num_epochs / timer.sum():.1f} examples/sec on {device}")
 
 
-def train_batch_ch13(net: nn.Module, X, y, loss, trainer, devices) -> tuple[torch.Tensor, float]:
+def train_batch_ch13(
+    net: nn.Module,
+    X: torch.Tensor | list[torch.Tensor],
+    y: torch.Tensor,
+    loss: Callable,
+    trainer: torch.optim.Optimizer,
+    devices: Sequence[torch.device],
+) -> tuple[torch.Tensor, float]:
     """Train for a minibatch (X may be a list of tensors); return (summed loss, correct count)."""
     if isinstance(X, list):  # several inputs per example (the book's BERT fine-tuning)
         X = [x.to(devices[0]) for x in X]
@@ -142,3 +150,6 @@ def train_ch13(
         f"test acc {test_acc:.3f}"
     )
     print(f"{metric[2] * num_epochs / timer.sum():.1f} examples/sec on {devices}")
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

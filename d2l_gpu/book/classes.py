@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from .board import ProgressBoard
 from .hparams import HyperParameters
 
@@ -141,3 +142,6 @@ def init_cnn(module: nn.Module) -> None:
     """
     if type(module) in (nn.Linear, nn.Conv2d):
         nn.init.xavier_uniform_(module.weight)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

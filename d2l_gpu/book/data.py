@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .._typed import wrap_public
 from ..data.fashion_mnist import DataIter, get_fashion_mnist_labels, load_data_fashion_mnist
 from ..plotting import show_images
 from .classes import DataModule
@@ -69,3 +70,6 @@ class FashionMNIST(DataModule):
         if not labels:
             labels = self.text_labels(y)
         show_images(X.squeeze(1), nrows, ncols, titles=labels)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

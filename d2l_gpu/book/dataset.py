@@ -7,6 +7,7 @@ import torch
 from PIL import Image  # Pillow: declared in pyproject.toml (matplotlib needs it too)
 
 from .. import _checks
+from .._typed import wrap_public
 from ..data.fashion_mnist import read_fashion_mnist
 
 
@@ -48,3 +49,6 @@ def load_data_book_style(batch_size, resize=None, *, root=None, limit=None, num_
         torch.utils.data.DataLoader(d, batch_size, shuffle=shuffle, num_workers=num_workers)
         for d, shuffle in zip(sets, (True, False), strict=True)
     )
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

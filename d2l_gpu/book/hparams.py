@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 
+from .._typed import wrap_public
+
 
 def add_to_class(Class: type) -> Callable:
     """Decorator: set the decorated function as the attribute of `Class` with its name.
@@ -50,3 +52,6 @@ class HyperParameters:
         }
         for k, v in self.hparams.items():
             setattr(self, k, v)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from .._typed import wrap_public
 from ..devices import gpu
 from ..devices import num_gpus as _num_gpus
 from .hparams import HyperParameters
@@ -90,3 +91,6 @@ class Trainer(HyperParameters):
         if norm > grad_clip_val:
             for param in params:
                 param.grad[:] *= grad_clip_val / norm
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

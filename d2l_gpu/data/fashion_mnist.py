@@ -23,10 +23,12 @@ import math
 import os
 import stat
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
+from .._typed import wrap_public
 from ..devices import profile
 from .batches import DataIter, check_device, is_int, positive_int, resize_size
 from .download import DataError, cache_dir, download, remove_stale_parts
@@ -236,7 +238,7 @@ def load_data_fashion_mnist(
     return make("train", n_train, True), make("test", n_test, False)
 
 
-def get_fashion_mnist_labels(labels):
+def get_fashion_mnist_labels(labels: Iterable) -> list[str]:
     """Return text labels for the Fashion-MNIST dataset."""
     text_labels = [
         "t-shirt",
@@ -250,6 +252,20 @@ def get_fashion_mnist_labels(labels):
         "bag",
         "ankle boot",
     ]
+    labels = list(labels)
+    for i in labels:
+        if (
+            not isinstance(i, int | torch.Tensor)
+            or isinstance(i, bool)
+            or torch.is_tensor(i)
+            and (i.numel() != 1 or i.is_floating_point())
+        ):
+            raise TypeError(
+                f"get_fashion_mnist_labels: labels must be whole numbers, got {i!r:.40}"
+            )
     if any(not 0 <= int(i) < len(text_labels) for i in labels):
         raise ValueError(f"Fashion-MNIST labels are 0 to 9, got {[int(i) for i in labels]}")
     return [text_labels[int(i)] for i in labels]
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

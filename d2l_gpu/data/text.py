@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from .._typed import wrap_public
 
 CHARS = "\n" + "".join(chr(c) for c in range(32, 127))  # 96 tokens
 _IDS = {c: i for i, c in enumerate(CHARS)}
@@ -74,3 +75,6 @@ def char_windows(
     windows = tokens[starts[:, None] + torch.arange(seq_len + 1)]
     X, y = windows[:, :-1], windows[:, 1:]
     return X[: n - n_test], y[: n - n_test], X[n - n_test :], y[n - n_test :]
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

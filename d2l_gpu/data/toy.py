@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from .._typed import wrap_public
 
 
 def toy_data(
@@ -26,3 +27,6 @@ def toy_images(
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 1, 28, 28, generator=g, dtype=dtype)
     return X, torch.randint(0, 10, (n,), generator=g)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _checks
+from .._typed import wrap_public
 from ..distributed import rank_device
 
 
@@ -265,3 +266,6 @@ def check_worker(rank: int, world_size: int, sizes: tuple = (1, 3, 1000, 1001)) 
             dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=group)  # true on every rank
             rows.append((name, k, *(bool(f) for f in flags)))
     return rows
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

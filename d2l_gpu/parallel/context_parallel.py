@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from .. import _checks
 from .._checks import one_of, whole
+from .._typed import wrap_public
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -109,8 +110,16 @@ def _wait(works: list) -> None:
         w.wait()
 
 
-def merge(out, lse, out_b, lse_b):
+def merge(
+    out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Two partial attention results of the same queries merged exactly (log-sum-exp)."""
+    if out.shape != out_b.shape or lse.shape != out.shape[:-1] or lse_b.shape != lse.shape:
+        raise ValueError(
+            f"merge: out and out_b must have one shape, lse and lse_b that shape without its last "
+            f"dimension; got {tuple(out.shape)}, {tuple(lse.shape)}, {tuple(out_b.shape)}, "
+            f"{tuple(lse_b.shape)}"
+        )
     new = torch.logaddexp(lse, lse_b)
     return out * torch.exp(lse - new)[..., None] + out_b * torch.exp(lse_b - new)[..., None], new
 
@@ -215,3 +224,6 @@ def ring_attention(
             "chunks (shard a sequence whose length 2*world divides with shard_sequence)"
         )
     return _RingAttention.apply(q, k, v, layout, [] if counter is None else counter)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

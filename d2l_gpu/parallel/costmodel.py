@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _checks
+from .._typed import wrap_public
 from ..devices import synchronize
 from ..distributed import rank_device
 from . import worker_args
@@ -34,7 +35,7 @@ class AlphaBeta:
 
     def __post_init__(self) -> None:
         _checks.number("AlphaBeta: alpha (seconds per message)", self.alpha)
-        if self.beta != math.inf:
+        if not (isinstance(self.beta, float) and self.beta == math.inf):  # inf: a free link
             _checks.number("AlphaBeta: beta (bytes per second)", self.beta, positive=True)
 
     def time(self, nbytes: float) -> float:
@@ -50,11 +51,11 @@ class AlphaBeta:
 def fit_alpha_beta(sizes: list[float], times: list[float], rounds: int = 20) -> AlphaBeta:
     """Fit time = alpha + size / beta in relative error, robust to outliers (lesson 12)."""
     if len(sizes) != len(times) or len(sizes) < 2:
-        raise ValueError(f"need at least 2 (size, time) pairs, got {len(sizes)} and {len(times)}")
+        raise ValueError(f"need 2 or more (sizes, times) pairs, got {len(sizes)} and {len(times)}")
     n = torch.tensor(sizes, dtype=torch.float64)
     t = torch.tensor(times, dtype=torch.float64)
     if not (torch.isfinite(n).all() and torch.isfinite(t).all()):
-        raise ValueError("every size and time must be a finite number, not NaN or inf")
+        raise ValueError("sizes and times must be finite numbers, not NaN or inf")
     if (t <= 0).any() or (n < 0).any():
         raise ValueError("every measured time must be positive, and every size 0 or more")
     if len(set(sizes)) < 2:  # one size: any alpha fits with a matching beta
@@ -325,3 +326,6 @@ def overlap_worker(
         "buckets": lambda: overlapped([(b[-1], f) for b, f in zip(buckets, flats, strict=True)]),
     }
     return time_ops(ops, rounds, device=device)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

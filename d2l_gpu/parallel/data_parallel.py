@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import torch
 from torch.nn import functional as F
 
+from .._typed import wrap_public
 from ..devices import synchronize
 from ..models import lenet, lenet_params
 from ..plotting import Animator
@@ -172,3 +173,6 @@ def train_parallel(
     names = ", ".join(str(d) for d in devices)
     print(f"test acc: {animator.Y[0][-1]:.3f}, {timer.avg():.3f} sec/epoch on [{names}]")
     return animator.Y[0], timer.avg()
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

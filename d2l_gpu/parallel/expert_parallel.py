@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 
 
 class Routing(NamedTuple):
@@ -283,3 +284,6 @@ def gather_experts(ep: ExpertParallelMoE, grads: bool = False) -> dict[str, torc
         for name in names:
             out[f"experts.{e}.{name}"] = parts[e % ep.local, name][e // ep.local].cpu()
     return out
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

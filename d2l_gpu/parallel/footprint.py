@@ -27,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _checks, gloo
+from .._typed import wrap_public
 from ..devices import synchronize
 from ..profiling import quiet_stderr
 
@@ -272,3 +273,6 @@ def step_seconds(step, device: torch.device, repeat: int = 3, warmup: int = 1) -
         synchronize(device)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

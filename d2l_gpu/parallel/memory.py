@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .. import _checks
+from .._typed import wrap_public
 
 # numbers of optimizer state per parameter: SGD none, SGD with momentum one, Adam two
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -87,3 +88,6 @@ def checkpoint_every(net: nn.Sequential, every: int = 1) -> nn.Sequential:
     _checks.whole("checkpoint_every: every", every)
     groups = [units[i : i + every] for i in range(0, len(units), every)]
     return nn.Sequential(*(Checkpointed(nn.Sequential(*g)) for g in groups))
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -34,8 +34,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from .. import _checks
+from .._typed import wrap_public
 from ..distributed import dtensor_api, rank_device, require_torch
 from ..gpt import TransformerBlock
 from .footprint import CollectiveCounter
@@ -72,7 +74,7 @@ def build_mesh_model(work: TransformerWorkload, dp: int, tp: int, param_dtype=No
     return mesh, split_over_mesh(work.model().to(rank_device()), mesh, param_dtype)
 
 
-def split_over_mesh(net: nn.Module, mesh, param_dtype=None) -> nn.Module:
+def split_over_mesh(net: nn.Module, mesh: DeviceMesh, param_dtype=None) -> nn.Module:
     """`net`'s blocks split over mesh["tp"], then each block and the whole sharded over "dp".
 
     `param_dtype` (e.g. torch.bfloat16): FSDP gathers and computes with parameters in that
@@ -242,6 +244,8 @@ def load_sharded(net: nn.Module, path: str, tp: int) -> None:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     _checks.module("load_sharded: net", net)
+    if not (Path(path) / ".metadata").is_file():  # what torch.distributed.checkpoint writes
+        raise FileNotFoundError(f"load_sharded: {path} is not a folder that save_sharded wrote")
     state = {"model": get_model_state_dict(net), "tp": torch.tensor(0)}
     dcp.load(state, checkpoint_id=path)
     set_model_state_dict(net, state["model"])
@@ -261,3 +265,6 @@ def load_sharded(net: nn.Module, path: str, tp: int) -> None:
                 p.to_local().copy_(fixed)
             else:
                 p.copy_(fixed)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

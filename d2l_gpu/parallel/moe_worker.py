@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _checks
+from .._typed import wrap_public
 from ..distributed import rank_device
 from .expert_parallel import (
     ExpertParallelMoE,
@@ -156,3 +157,6 @@ def expert_parallel_worker(rank: int, world: int, work: MoEWorkload) -> dict:
     mine = {key: value[rank] for key, value in predicted.items()}
     out = {"losses": losses, "params": gather_experts(ep), "first": first, "predicted": mine}
     return {**out, "sent": sent}
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

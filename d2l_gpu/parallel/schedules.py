@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from ..devices import try_all_gpus
 
 Action = tuple[str, int]  # ("F", i): forward of micro-batch i; ("B", i): its backward
@@ -243,3 +244,6 @@ def _check_run(stages, devices, schedule, X, y) -> None:
         )
     if len(X) != len(y):
         raise ValueError(f"run_schedule: X has {len(X)} examples but y has {len(y)}")
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from ..distributed import all_reduce_together, rank_device
 from ..gpt import TransformerBlock
 from .footprint import CollectiveCounter, MemoryMeter
@@ -261,3 +262,6 @@ def transformer_parallel_worker(
         "peaks": peaks,
         "predicted": activation_bytes_per_rank(work, world, mode),
     }
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from .. import _checks
+from .._typed import wrap_public
 
 
 def layer_table(net: nn.Sequential, X: torch.Tensor) -> list[dict]:
@@ -194,3 +195,8 @@ def _check_net_and_batch(caller: str, net, X) -> None:
     if not isinstance(X, torch.Tensor) or X.dim() == 0 or len(X) == 0:
         what = f"shape {tuple(X.shape)}" if isinstance(X, torch.Tensor) else repr(X)
         raise ValueError(f"{caller}: X must be a batch of at least one example, got {what}")
+    if not X.is_floating_point():
+        raise TypeError(f"{caller}: X must hold floating-point numbers, got {X.dtype}")
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .. import _checks
+from .._typed import wrap_public
 from ..models import has_lazy
 
 __all__ = ["GlobalBatchNorm", "sync_batchnorm"]
@@ -45,6 +47,7 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     """BatchNorm whose training statistics cover every rank's examples (any device, any backend)."""
 
     def __init__(self, num_features: int, *, group=None, **kwargs):
+        _checks.whole("GlobalBatchNorm: num_features", num_features)
         super().__init__(num_features, **kwargs)
         self.group = group  # None: every rank of the default group
 
@@ -121,3 +124,6 @@ def _convert(module: nn.Module, group) -> nn.Module:
     for name, child in module.named_children():
         module.add_module(name, _convert(child, group))
     return module
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

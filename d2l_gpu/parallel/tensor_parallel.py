@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from ..data.toy import toy_images
 from ..distributed import dtensor_api, rank_device
 from ..models import lenet_sequential, mlp
@@ -267,3 +268,6 @@ def _summary(run: dict) -> dict:
     """The parts of a measured run that a worker returns."""
     keys = ("losses", "calls", "bytes", "held", "held_by", "kept", "peak", "seconds")
     return {key: run.get(key, float("nan")) for key in keys}
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

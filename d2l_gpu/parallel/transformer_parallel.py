@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from ..distributed import dtensor_api
 from ..gpt import TransformerBlock
 from .tensor_parallel import _CopyToRanks, _my_slice, _SumOverRanks
@@ -45,6 +46,7 @@ def check_heads(caller: str, block, world: int) -> None:
 
 def group_qkv(t: torch.Tensor, world: int) -> torch.Tensor:
     """qkv rows [q; k; v] regrouped as [q_0; k_0; v_0; q_1; ...]: rank r's heads in block r."""
+    _check_qkv("group_qkv", t, world)
     return (
         t.reshape(3, world, t.shape[0] // (3 * world), *t.shape[1:]).transpose(0, 1).flatten(0, 2)
     )
@@ -52,9 +54,19 @@ def group_qkv(t: torch.Tensor, world: int) -> torch.Tensor:
 
 def ungroup_qkv(t: torch.Tensor, world: int) -> torch.Tensor:
     """The inverse of group_qkv: back to the fused layer's [q; k; v] order."""
+    _check_qkv("ungroup_qkv", t, world)
     return (
         t.reshape(world, 3, t.shape[0] // (3 * world), *t.shape[1:]).transpose(0, 1).flatten(0, 2)
     )
+
+
+def _check_qkv(caller: str, t: torch.Tensor, world: int) -> None:
+    _checks.whole(f"{caller}: world", world)
+    if t.dim() == 0 or t.shape[0] % (3 * world):
+        raise ValueError(
+            f"{caller}: t must have rows [q; k; v] that split over world={world} ranks (a multiple "
+            f"of {3 * world}), got shape {tuple(t.shape)}"
+        )
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
@@ -211,3 +223,6 @@ def parallelize_transformer(net: nn.Sequential, mesh, sequence_parallel: bool) -
         plan[str(last - 1)] = SequenceParallel()
         plan[str(last)] = Col(input_layouts=Shard(1), output_layouts=Replicate())
     return parallelize_module(net, mesh, plan)
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

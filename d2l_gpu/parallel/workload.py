@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from ..data.text import CHARS, encode, python_help_text, text_batch
 from ..data.toy import toy_data
 from ..gpt import transformer
@@ -103,6 +104,8 @@ class TransformerWorkload:
                 f"TransformerWorkload: d_model={self.d_model} is not a multiple of num_heads="
                 f"{self.num_heads}; choose sizes whose heads divide the width"
             )
+        if not isinstance(self.text, bool):
+            raise TypeError(f"TransformerWorkload: text must be True or False, got {self.text!r}")
         if self.text and self.vocab < len(CHARS):
             raise ValueError(
                 f"TransformerWorkload: vocab={self.vocab} is smaller than the text's {len(CHARS)} "
@@ -154,3 +157,6 @@ def train_transformer(
                 p -= lr * p.grad
         losses.append(loss.item())
     return losses
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from .. import _checks
+from .._typed import wrap_public
 from ..distributed import rank_device
 from ..models import mlp
 from . import worker_args
@@ -98,7 +99,16 @@ class _ShardedLinear(torch.autograd.Function):
         return grad_x, None, None
 
 
-def adam_step(p, g, m, v, step: int, lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+def adam_step(
+    p: torch.Tensor,
+    g: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    step: int,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> None:
     """Adam on flat tensors, in place, in the order torch.optim.Adam computes it."""
     if step < 1:
         raise ValueError(f"adam_step counts steps from 1 (its bias correction), got step={step}")
@@ -202,3 +212,6 @@ def zero_stages_worker(
     for stage in _checks.items("zero_stages_worker: stages", stages):  # all, before the first
         worker_args.zero_stage("zero_stages_worker", stage)
     return [zero_worker(rank, world, work, stage, add_grad) for stage in stages]
+
+
+wrap_public(globals())  # a misfitting argument named in a sentence (_typed.py)

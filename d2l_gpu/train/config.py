@@ -17,6 +17,7 @@ from typing import NoReturn
 import torch
 from torch import nn
 
+from .._checks import positive_arg
 from ..data.text import CHARS
 from ..gpt import transformer
 from ..models import LeNet, resnet18
@@ -41,17 +42,6 @@ STRATEGIES = ("ddp", "fsdp", "pipeline", "fsdp-tp")  # classes: strategies.STRAT
 
 class TrainError(ValueError):
     """A job that cannot run as asked (sizes that do not fit, a loss that is no longer finite)."""
-
-
-def _positive_float(text: str) -> float:
-    """argparse type for --lr and --timeout: a finite number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
 
 
 SEEDS = 2**32  # --seed takes 0 .. 2**32 - 1: every epoch's seed (seed * 100_003 + epoch) fits
@@ -83,7 +73,7 @@ class TrainConfig:
     model: str = flag("lenet", choices=list(MODELS))
     epochs: int = flag(10, "epochs in all", metavar="E")
     batch_size: int = flag(256, "global batch", metavar="B")
-    lr: float = flag(0.2, "SGD learning rate", type=_positive_float)
+    lr: float = flag(0.2, "SGD learning rate", type=positive_arg)
     limit: int | None = flag(None, "use the first N examples per split", metavar="N")
     seed: int = flag(0, "init and shuffling seed", metavar="S", type=_seed)
     checkpoint: str | None = flag(None, "resume from / save to after each epoch", metavar="PATH")
@@ -119,7 +109,7 @@ class TrainConfig:
         600.0,
         "seconds a rank waits for the others before it gives up",
         metavar="S",
-        type=_positive_float,
+        type=positive_arg,
     )
     progress: bool | None = flag(
         None,
@@ -137,6 +127,10 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"--{_flag(name)} must be a positive integer, got {value}")
+            if value is not None and value >= 2**63:  # what PyTorch's int64 holds
+                raise ValueError(
+                    f"--{_flag(name)} must be a positive integer below 2**63, got {value}"
+                )
         for name in ("lr", "timeout"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -151,6 +145,8 @@ class TrainConfig:
             raise ValueError(
                 f"--sync-bn: --model {self.model} has no BatchNorm, so it would change nothing"
             )
+        if self.data_dir is not None and not str(self.data_dir).strip():
+            raise ValueError("--data-dir is empty: name the folder that holds Fashion-MNIST")
         if self.data_dir is not None and self.model in TEXT_MODELS:
             raise ValueError(
                 f"--data-dir names the Fashion-MNIST folder, and --model {self.model} reads "
