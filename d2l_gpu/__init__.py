@@ -10,7 +10,8 @@ Layout: the top level says the role, each subpackage holds one kind of thing.
                       plotting, perf, profiling, distributed, gloo, workers, processes, jobs,
                       stopping, torchrun (private torchrun for one machine, a command), ddp (the
                       training script's first name), _checks (argument checks), _typed (each
-                      public name says which argument misfits), _fs, _live
+                      public name says which argument misfits), _capped (a rank's output, cut
+                      after 2**20 characters), _fs, _live
     data/             Fashion-MNIST, the IDX format, batching arguments, downloads, toy workloads
     parallel/         one module per parallelism technique the lessons build (see its docstring)
     book/             the book's own names and classes (HyperParameters, Trainer, train_ch6, ...)

@@ -40,13 +40,16 @@ def number(name: str, value, *, positive: bool = False) -> float:
     return value
 
 
+MOST = 1e9  # seconds (31 years), a rate, a learning rate, a delay: no flag needs more
+
+
 def positive_arg(text: str) -> float:
-    """argparse type: a finite number above zero (seconds, a rate), else argparse's sentence."""
+    """argparse type: a number above zero, at most MOST (seconds, a rate), else a sentence."""
     return _number_arg(text, 0.0, above=True)
 
 
 def nonnegative_arg(text: str) -> float:
-    """argparse type: a finite number of 0 or more (a delay), else argparse's sentence."""
+    """argparse type: a number from 0 to MOST (a delay), else argparse's sentence."""
     return _number_arg(text, 0.0, above=False)
 
 
@@ -70,9 +73,11 @@ def _number_arg(text: str, bound: float, *, above: bool) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < bound or (above and value == bound):
+    if not math.isfinite(value) or value < bound or (above and value == bound) or value > MOST:
         sign = ">" if above else ">="
-        raise argparse.ArgumentTypeError(f"must be a finite number {sign} {bound:g}, got {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number {sign} {bound:g} and at most {MOST:g}, got {text}"
+        )
     return value
 
 

@@ -180,8 +180,8 @@ def _fits_class(value, hint) -> bool:
         return True  # a protocol, a NewType or another construct: left to the function
     if hint is float:
         return isinstance(value, numbers.Real)
-    if hint is int:
-        return isinstance(value, numbers.Integral)
+    if hint is int:  # a count or an index: True is not one (as in _checks.whole)
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if hint is complex:
         return isinstance(value, numbers.Number)
     if issubclass(hint, Path):

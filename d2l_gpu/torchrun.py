@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     if not counts or len(args) < 3:
         print(f"d2l_gpu.torchrun: say how many workers and what they run. {USAGE}", file=sys.stderr)
         return 2
+    count = _count(args)
+    if count is not None:
+        print(f"d2l_gpu.torchrun: {count}. {USAGE}", file=sys.stderr)
+        return 2
     if any(a.startswith(("--rdzv-endpoint", "--rdzv_endpoint", "--nnodes")) for a in args):
         print("d2l_gpu.torchrun is for one machine: drop --rdzv-endpoint and --nnodes, or call "
               "torchrun itself for a job across machines (lesson 7)", file=sys.stderr)  # fmt: skip
@@ -51,6 +55,27 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(s, handler)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+WORDS = ("auto", "cpu", "gpu", "xpu")  # torchrun's own: one worker per core or device
+MOST = 4096  # far more workers than one machine runs
+
+
+def _count(args: list[str]) -> str | None:
+    """What is wrong with the value of --nproc-per-node in `args`, or None if it is right."""
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name not in ("--nproc-per-node", "--nproc_per_node"):
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if value in WORDS or (value.isdigit() and 1 <= int(value) <= MOST):
+            return None
+        return (
+            f"--nproc-per-node must be a whole number from 1 to {MOST} or one of "
+            f"{', '.join(WORDS)}, got {value!r}"
+        )
+    return None
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ exception and the line it came from:
 - a crash (a segfault, `os._exit`, gloo aborting on tensors of different sizes) is reported as a
   crash, with its exit code or signal and the last lines the rank wrote to stderr; a timeout is
   reported as a timeout, with the ranks still running;
+- a rank that prints more than 2**20 characters is cut there, with one line naming it
+  (d2l_gpu._capped);
 - if the calling process dies (a kernel restart, a SIGKILL), every worker notices within a fraction
   of a second, removes the job's temporary folder and exits: nothing is left behind (the fork
   server sees its caller's end and exits first, and the workers see theirs).
@@ -43,6 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ._capped import cap_stdout
 from ._typed import wrap_public
 from .distributed import end_with_parent, leave_group, lost_contact, pick_backend
 from .gloo import one_worker_thread
@@ -138,6 +141,7 @@ def _worker(rank, fn, world_size, args, store, backend, outdir, threads, env, ca
     end_with_parent(cleanup, every=WATCH_EVERY, caller=caller)
     err = os.open(Path(outdir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(err, 2)  # the rank's stderr, quoted in the report if it crashes
+    cap_stdout(rank)  # a rank printing in a loop is cut after 2**20 characters, said once
     torch.set_num_threads(threads)
     if backend == "gloo" and Path("/sys/class/net/lo").exists():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback (Linux)

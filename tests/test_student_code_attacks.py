@@ -4,16 +4,21 @@ The lessons' runners (`own_stage_worker`, lesson 10; `own_all_reduce_worker`, le
 student's function as source text and call it on every rank. Whatever that function does (raise,
 exit, end the interpreter, recurse without end, wait forever), `run_workers` must come back
 within its timeout with one sentence that names the rank and what happened, and leave no process
-behind (the session's leftover check, tests/leftovers.py, fails on any).
+behind (the session's leftover check, tests/leftovers.py, fails on any); a rank that prints
+megabytes is cut after 2**20 characters with a sentence naming it.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
+import subprocess
+import sys
 import time
 
 import pytest
 
+from d2l_gpu._capped import LIMIT, Capped
 from d2l_gpu.parallel import workload
 from d2l_gpu.parallel.own_collective import own_all_reduce_worker
 from d2l_gpu.parallel.own_stage import own_stage_worker
@@ -67,3 +72,38 @@ def test_an_all_reduce_that_raises_on_one_rank_is_said_with_that_rank():
     with pytest.raises(RuntimeError, match=r"rank 2 of 3 raised ValueError: my mistake"):
         run_workers(all_reduce, 3, source, timeout=TIMEOUT)
     assert not multiprocessing.active_children()
+
+
+SCRIPT = """
+from d2l_gpu.parallel import workload
+from d2l_gpu.parallel.own_stage import own_stage_worker
+from d2l_gpu.workers import run_workers
+
+SOURCE = "def f(stage, X, y, rank, world, width):\\n    print('x' * 5_000_000)\\n    return ...\\n"
+if __name__ == "__main__":
+    work = workload.Workload(widths=(8, 16, 4), steps=2, batch_size=6)
+    print("result:", run_workers(own_stage_worker, 2, SOURCE, work, 2.0, timeout=60))
+"""
+
+
+def test_a_stage_that_prints_megabytes_is_cut_with_a_sentence_per_rank(tmp_path):
+    """Each rank prints 5 MB per step: the caller sees at most 2**20 characters of it per rank,
+    the sentence that says so naming the rank, and the run's result."""
+    script = tmp_path / "prints.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(done.stdout) < 2 * (LIMIT + 1000), len(done.stdout)  # not 2 x 2 x 5 MB
+    for rank in (0, 1):
+        assert done.stdout.count(f"[rank {rank} printed more than") == 1
+    assert "result: [Ellipsis, Ellipsis]" in done.stdout
+
+
+def test_capped_passes_the_first_characters_and_says_once_what_it_cut():
+    out = io.StringIO()
+    capped = Capped(out, rank=3, limit=10)
+    assert capped.write("abcdef") == 6 and capped.write("ghijkl") == 6 and capped.write("m") == 1
+    text = out.getvalue()
+    assert text.startswith("abcdefghij\n[rank 3 printed more than 10 characters")
+    assert text.count("[rank 3") == 1 and "k" not in text.split("\n")[0]

@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_sweep_functions import Hang, _paths, call
 
-from d2l_gpu import train
+from d2l_gpu import torchrun, train
 from d2l_gpu.train.config import TrainConfig, _flag
 
 BASE = ["--model", "lenet", "--epochs", "1", "--batch-size", "16", "--limit", "32"]
@@ -129,6 +129,25 @@ def test_every_number_flag_of_the_scripts_refuses_what_is_not_a_count(script, mo
                 problems.append(f"{script}.py {flag}={value!r}: {wrong}")
             return
         problems.append(f"{script}.py {flag}={value!r}: main returned without parsing")
+
+    sweep()
+    assert not problems, "\n".join(dict.fromkeys(problems))
+
+
+def test_the_private_torchruns_worker_count_refuses_what_is_not_a_count():
+    """`python -m d2l_gpu.torchrun --nproc-per-node X`: torchrun itself answered `abc`, 0 and -1
+    with a traceback, and 2**64 with no answer at all; the other flags are torchrun's own."""
+    problems: list[str] = []
+
+    @given(st.sampled_from(NOT_A_COUNT + ["0", "4097"]), st.booleans())
+    def sweep(value, joined):
+        count = [f"--nproc-per-node={value}"] if joined else ["--nproc-per-node", value]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = torchrun.main([*count, "-m", "d2l_gpu.train"])  # refused: nothing starts
+        wrong = said_once(status, err.getvalue(), "--nproc-per-node", value)
+        if wrong or status != 2:
+            problems.append(f"--nproc-per-node {value!r}: {wrong or 'taken'}")
 
     sweep()
     assert not problems, "\n".join(dict.fromkeys(problems))

@@ -62,6 +62,11 @@ def stage_units(net: nn.Sequential, pp: int, stage: int) -> nn.Sequential:
     """Stage `stage` of `pp` of a d2l.transformer: its share of the blocks, the embedding on the
     first stage, the final norm and output layer on the last."""
     blocks = [i for i, unit in enumerate(net) if isinstance(unit, TransformerBlock)]
+    if not 1 <= pp <= len(blocks) or not 0 <= stage < pp:
+        raise ValueError(
+            f"stage_units: net has {len(blocks)} transformer blocks for pp={pp} stages; stage "
+            f"must be 0 to pp - 1 and pp 1 to {len(blocks)}, got stage={stage}, pp={pp}"
+        )
     per = len(blocks) // pp
     start = 0 if stage == 0 else blocks[stage * per]
     stop = len(net) if stage == pp - 1 else blocks[(stage + 1) * per]

@@ -105,7 +105,7 @@ def sync_batchnorm(net: nn.Module, device: torch.device, group=None) -> nn.Modul
         raise ValueError(
             "sync_batchnorm got a model with lazy layers: call d2l.materialize(net, shape) first"
         )
-    if torch.device(device).type in SYNC_BN_DEVICES:
+    if _checks.device("sync_batchnorm: device", device).type in SYNC_BN_DEVICES:
         return nn.SyncBatchNorm.convert_sync_batchnorm(net, group)
     return _convert(net, group)
 

@@ -17,7 +17,7 @@ from typing import NoReturn
 import torch
 from torch import nn
 
-from .._checks import positive_arg
+from .._checks import MOST, positive_arg
 from ..data.text import CHARS
 from ..gpt import transformer
 from ..models import LeNet, resnet18
@@ -135,6 +135,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name} must be a positive finite number, got {value}")
+            if value > MOST:  # a timeout past 1e9 s overflowed timedelta
+                raise ValueError(f"--{name} must be at most {MOST:g}, got {value}")
         seed = self.seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
             raise ValueError(f"--seed must be a whole number from 0 to {SEEDS - 1}, got {seed!r}")
