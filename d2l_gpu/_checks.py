@@ -48,6 +48,12 @@ def positive_arg(text: str) -> float:
     return _number_arg(text, 0.0, above=True)
 
 
+def rate_arg(text: str) -> float:
+    """argparse type: a finite number above zero, however large (a learning rate: one of 1e30 is
+    a lesson's way to make a loss overflow), else argparse's sentence."""
+    return _number_arg(text, 0.0, above=True, most=math.inf)
+
+
 def nonnegative_arg(text: str) -> float:
     """argparse type: a number from 0 to MOST (a delay), else argparse's sentence."""
     return _number_arg(text, 0.0, above=False)
@@ -66,17 +72,18 @@ def count_arg(text: str) -> int:
     return value
 
 
-def _number_arg(text: str, bound: float, *, above: bool) -> float:
+def _number_arg(text: str, bound: float, *, above: bool, most: float = MOST) -> float:
     import argparse
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < bound or (above and value == bound) or value > MOST:
+    if not math.isfinite(value) or value < bound or (above and value == bound) or value > most:
         sign = ">" if above else ">="
+        upto = f" and at most {most:g}" if math.isfinite(most) else ""
         raise argparse.ArgumentTypeError(
-            f"must be a finite number {sign} {bound:g} and at most {MOST:g}, got {text}"
+            f"must be a finite number {sign} {bound:g}{upto}, got {text}"
         )
     return value
 

@@ -17,7 +17,7 @@ from typing import NoReturn
 import torch
 from torch import nn
 
-from .._checks import MOST, positive_arg
+from .._checks import MOST, positive_arg, rate_arg
 from ..data.text import CHARS
 from ..gpt import transformer
 from ..models import LeNet, resnet18
@@ -73,7 +73,7 @@ class TrainConfig:
     model: str = flag("lenet", choices=list(MODELS))
     epochs: int = flag(10, "epochs in all", metavar="E")
     batch_size: int = flag(256, "global batch", metavar="B")
-    lr: float = flag(0.2, "SGD learning rate", type=positive_arg)
+    lr: float = flag(0.2, "SGD learning rate", type=rate_arg)
     limit: int | None = flag(None, "use the first N examples per split", metavar="N")
     seed: int = flag(0, "init and shuffling seed", metavar="S", type=_seed)
     checkpoint: str | None = flag(None, "resume from / save to after each epoch", metavar="PATH")
@@ -135,7 +135,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name} must be a positive finite number, got {value}")
-            if value > MOST:  # a timeout past 1e9 s overflowed timedelta
+            if name == "timeout" and value > MOST:  # past 1e9 s it overflowed timedelta
                 raise ValueError(f"--{name} must be at most {MOST:g}, got {value}")
         seed = self.seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
