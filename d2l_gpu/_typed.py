@@ -120,7 +120,7 @@ def deliberate(error: BaseException) -> bool:
 
 
 def _hints(fn, sig: inspect.Signature) -> dict[str, object]:
-    """Each parameter's annotation as an object (strings evaluated in fn's module), or _ANY."""
+    """Each annotated parameter's annotation as an object (strings evaluated in fn's module)."""
     found: dict[str, object] = {}
     for p in sig.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.annotation is p.empty:
