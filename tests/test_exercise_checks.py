@@ -71,16 +71,29 @@ def verdict(nb, case: Case, answer: Answer) -> str:
     for old, new in answer.replace:
         assert old in cell, f"{old!r} is not in the check cell"
         cell = cell.replace(old, new)
-    sources = [find(nb, c) for c in case.context] + [answer.code, cell]
-    namespace: dict = {"__name__": "__main__"}
+    contexts = [find(nb, c) for c in case.context]
+    if case.shared_context:
+        key = tuple(contexts)  # the cells' sources: the same text computes the same names
+        if key not in _CONTEXTS:
+            _CONTEXTS[key] = run_cells(contexts, {"__name__": "__main__"})
+        said, names = _CONTEXTS[key]
+        return said + run_cells([answer.code, cell], dict(names), first=len(contexts))[0]
+    return run_cells([*contexts, answer.code, cell], {"__name__": "__main__"})[0]
+
+
+_CONTEXTS: dict[tuple[str, ...], tuple[str, dict]] = {}  # shared contexts, run once (above)
+
+
+def run_cells(sources: list[str], namespace: dict, first: int = 0) -> tuple[str, dict]:
+    """Run `sources` as notebook cells in `namespace`; (what they printed, the namespace)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        for i, src in enumerate(sources):
+        for i, src in enumerate(sources, start=first):
             code = TransformerManager().transform_cell(src)
             name = f"<cell {i}>"  # in linecache, as IPython keeps its cells: inspect finds them
             linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
             exec(compile(code, name, "exec"), namespace)  # noqa: S102
-    return out.getvalue()
+    return out.getvalue(), namespace
 
 
 def all_cases() -> list:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from train_launch import SCRIPT, load, max_diff, run, run_here, torchrun
+from train_launch import load, max_diff, run_forked, run_here
 
 from d2l_gpu.parallel.sync_batchnorm import GlobalBatchNorm, sync_batchnorm
 from d2l_gpu.workers import run_workers
@@ -140,8 +140,8 @@ def test_sync_bn_makes_two_ranks_train_resnet18_as_one_process(job_env, tmp_path
     one = load(tmp_path / "one.pt")
     found = {}
     for flag in ("--sync-bn", "--no-sync-bn"):
-        cmd, env2 = torchrun(2, job_env, tmp_path)
-        _, out = run([*cmd, *SCRIPT, *RESNET, flag, "--save", "two.pt"], env2, tmp_path)
+        code, out = run_forked(2, [*RESNET, flag, "--save", "two.pt"], job_env, tmp_path)
+        assert code == 0, out
         assert "resnet18: world size 2 (gloo, cpu, ddp)" in out, out
         found[flag] = max_diff(load(tmp_path / "two.pt"), one)
     # measured over seeds 0-5: 1e-12 to 2.6e-11 with --sync-bn, 0.25 without. BatchNorm divides by

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import skip_strategies_this_torch_lacks
-from train_launch import ARGS, ARGS64, SCRIPT, load, max_diff, run, run_here, torchrun
+from train_launch import ARGS, ARGS64, load, max_diff, run_forked, run_here
 
 from d2l_gpu import train
 from d2l_gpu.models import LeNet
@@ -25,9 +25,9 @@ from d2l_gpu.train.strategies.ddp import DDPStrategy
 def test_accumulated_micro_batches_equal_one_process(job_env, tmp_path, one_process, strategy):
     """2 ranks x 4 micro-batches of 4 examples = one process with global batches of 32."""
     skip_strategies_this_torch_lacks(strategy)
-    cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--accumulate", "4", "--save", "final.pt"]
-    _, out = run([*cmd, *SCRIPT, *ARGS64, *extra], env2, tmp_path)
+    code, out = run_forked(2, [*ARGS64, *extra], job_env, tmp_path)
+    assert code == 0, out
     assert f"world size 2 (gloo, cpu, {strategy})" in out, out
     assert max_diff(load(tmp_path / "final.pt"), one_process) < 1e-12
 

@@ -18,7 +18,7 @@ from train_launch import (
     SCRIPT,
     load,
     max_diff,
-    run,
+    run_forked,
     run_here,
     run_with_a_kill,
     torchrun,
@@ -48,9 +48,9 @@ def one_transformer(job_env, tmp_path_factory) -> dict:
 def test_two_ranks_equal_one_process(job_env, tmp_path, request, job, strategy):
     skip_strategies_this_torch_lacks(strategy)
     args, reference = (ARGS64, "one_process") if job == "lenet" else (TEXT, "one_transformer")
-    cmd, env2 = torchrun(2, job_env, tmp_path)
     extra = ["--strategy", strategy, "--save", "final.pt"]
-    _, out = run([*cmd, *SCRIPT, *args, *extra], env2, tmp_path)
+    code, out = run_forked(2, [*args, *extra], job_env, tmp_path)
+    assert code == 0, out
     assert f"{job}: world size 2 (gloo, cpu, {strategy})" in out, out
     assert max_diff(load(tmp_path / "final.pt"), request.getfixturevalue(reference)) < 1e-12
 
@@ -131,8 +131,8 @@ def _job(ranks: int, job_env: dict, folder, extra: list[str], monkeypatch) -> No
     if ranks == 1:
         run_here([*ARGS64, *extra], job_env, folder, monkeypatch)
     else:
-        cmd, env2 = torchrun(ranks, job_env, folder)
-        run([*cmd, *SCRIPT, *ARGS64, *extra], env2, folder)
+        code, out = run_forked(ranks, [*ARGS64, *extra], job_env, folder)
+        assert code == 0, out
 
 
 @pytest.mark.slow
@@ -154,9 +154,9 @@ def test_resumed_at_another_world_size_equals_the_uninterrupted_run(
 def test_a_2x2_mesh_equals_one_process(job_env, tmp_path, one_transformer):
     """4 ranks as 2 rows of 2 (--tp 2): the heads split in two, FSDP over the rows."""
     skip_strategies_this_torch_lacks("fsdp-tp")
-    cmd, env = torchrun(4, job_env, tmp_path)
     extra = ["--strategy", "fsdp-tp", "--tp", "2", "--save", "final.pt"]
-    _, out = run([*cmd, *SCRIPT, *TEXT, *extra], env, tmp_path)
+    code, out = run_forked(4, [*TEXT, *extra], job_env, tmp_path)
+    assert code == 0, out
     assert "world size 4 (gloo, cpu, fsdp-tp)" in out and "global batch 16 = 2 x 8" in out, out
     final = load(tmp_path / "final.pt")
     assert max_diff(final, one_transformer) < 1e-12
@@ -173,7 +173,16 @@ def test_a_checkpoint_resumes_on_a_2d_mesh(job_env, tmp_path, one_transformer, m
     skip_strategies_this_torch_lacks("fsdp-tp")
     extra = ["--strategy", "fsdp-tp", "--checkpoint", "ckpt.pt", "--save", "final.pt"]
     run_here([*TEXT, *extra, "--tp", "1", "--epochs", "1"], job_env, tmp_path, monkeypatch)
-    cmd, env = torchrun(2, job_env, tmp_path)
-    _, out = run([*cmd, *SCRIPT, *TEXT, *extra, "--tp", "2", "--accumulate", "2"], env, tmp_path)
+    code, out = run_forked(2, [*TEXT, *extra, "--tp", "2", "--accumulate", "2"], job_env, tmp_path)
+    assert code == 0, out
     assert "continuing with --tp 2 (the checkpoint's job had 1)" in out, out
     assert max_diff(load(tmp_path / "final.pt"), one_transformer) < 1e-12
+
+
+def test_a_forked_job_says_a_rank_that_failed(job_env, tmp_path):
+    """The negative control of run_forked, which the equalities above launch with: a job that
+    fails on its ranks returns their exit status and sentences, not a pass."""
+    code, out = run_forked(2, [*ARGS, "--strategy", "pipeline", "--microbatches", "5"],
+                           job_env, tmp_path)  # fmt: skip
+    assert code == 2, out
+    assert "does not split into --microbatches 5" in out and "Traceback" not in out, out

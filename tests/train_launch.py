@@ -11,7 +11,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -77,6 +79,79 @@ def run_here(args: list[str], env: dict, cwd: Path, monkeypatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.chdir(cwd)
     assert train.main(args) == 0, args
+
+
+def run_forked(nproc: int, args: list[str], env: dict, cwd: Path) -> tuple[int, str]:
+    """`python -m d2l_gpu.train ARGS` on `nproc` ranks forked from a server that imported PyTorch
+    once (d2l_gpu.workers' fork server); (the worst exit status, every rank's output in order).
+
+    For the tests whose property is the strategy's arithmetic (k ranks = 1 process), not the
+    launcher's: torchrun starts each rank as a new interpreter, and the imports (PyTorch, and
+    torch._dynamo that DDP and FSDP load) took most of such a test's 10 s here. Each rank runs
+    the script's own `main` with the variables torchrun would set (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT), rank 0 hosting the job's store, as under `d2l_gpu.torchrun`. Jobs that need
+    torchrun's agent (a restart after a kill, the elastic rendezvous) use `torchrun` below.
+    A rank that fails ends the others, as torchrun does; the whole job has TIMEOUT seconds.
+    """
+    from d2l_gpu.distributed import free_port
+    from d2l_gpu.workers import _context
+
+    ctx, port = _context(), free_port()
+    logs = [cwd / f".rank{rank}.log" for rank in range(nproc)]
+    procs = [
+        ctx.Process(target=_train_rank, args=(rank, nproc, port, args, env, cwd, logs[rank]))
+        for rank in range(nproc)
+    ]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + TIMEOUT
+    killed = set()
+    try:
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                break  # a rank failed: the others would wait for it until their timeout
+            time.sleep(0.02)
+    finally:
+        for rank, proc in enumerate(procs):
+            if proc.is_alive():
+                proc.kill()
+                killed.add(rank)
+            proc.join()
+    out = "".join(log.read_text() for log in logs if log.exists())
+    for log in logs:
+        log.unlink(missing_ok=True)
+    # the status of a rank that ended by itself, not of one ended here because another failed
+    ended = [p.exitcode for rank, p in enumerate(procs) if rank not in killed]
+    code = next((c for c in ended if c != 0), -9 if killed else 0)
+    return code, out
+
+
+def _train_rank(rank: int, world: int, port: int, args: list[str], env: dict, cwd: Path,
+                log: Path) -> None:  # fmt: skip
+    """One rank of `run_forked`: torchrun's variables, output to `log`, the script's main."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))  # fmt: skip
+    os.chdir(cwd)
+    torch.set_num_threads(1)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from d2l_gpu import train
+
+    code = 1
+    try:
+        code = train.main(args)
+    except SystemExit as e:  # argparse's exit on a bad flag
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # no interpreter shutdown: what a finished rank has left to do is done
 
 
 def torchrun(nproc: int, env: dict, folder: Path, *options: str) -> tuple[list[str], dict]:

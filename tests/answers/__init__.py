@@ -34,3 +34,6 @@ class Case:
     wrong: Answer
     why: str  # the mistake that `wrong` stands for, in a few words
     context: tuple[str, ...] = ()  # substrings that pick earlier cells of the lesson, run first
+    # run the context once for every case that names the same cells, and give each answer a copy
+    # of its names: for a context that takes seconds (ranks started) and that no check changes
+    shared_context: bool = False
