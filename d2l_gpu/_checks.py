@@ -7,10 +7,16 @@ sentence names the argument, e.g. "split_stages: k". Core code: torch is importe
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import cast
+
+_PACKAGE = str(Path(__file__).resolve().parent)
 
 
 def whole(name: str, value, *, least: int | None = 1, most: int | None = None) -> int:
@@ -107,11 +113,48 @@ def job(caller: str, job) -> None:
     floating_dtype(f"{caller}: dtype", job.dtype)
 
 
-def callable_(name: str, value) -> Callable:
-    """`value` if it can be called, else a sentence naming `name`."""
+def callable_(name: str, value, *, no_args: bool = False) -> Callable:
+    """`value` if it can be called (with `no_args`: with no arguments), else a sentence."""
     if not callable(value):
         raise TypeError(f"{name} must be a function to call (e.g. lambda: ...), got {value!r}")
+    if no_args:
+        from torch import nn
+
+        called = value.forward if isinstance(value, nn.Module) else value  # __call__ takes *args
+        try:
+            inspect.signature(called).bind()
+        except TypeError:  # it needs arguments: a module's forward, a function of X
+            raise TypeError(
+                f"{name} is called with no arguments, but {type(value).__name__} needs some: "
+                "wrap the call, e.g. lambda: net(X)"
+            ) from None
+        except ValueError:  # no signature to read (some built-ins): called as it is
+            pass
     return value
+
+
+@contextlib.contextmanager
+def fits(caller: str, **inputs) -> Iterator[None]:
+    """Run the block; an error from inside PyTorch because `inputs` (X, y, ...) do not fit the
+    network (a shape, a dtype, a count) becomes one sentence naming `caller` and their shapes.
+    A sentence the package itself raised inside the block passes through unchanged."""
+    try:
+        yield
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        frames = traceback.extract_tb(e.__traceback__)
+        if frames and frames[-1].filename.startswith(_PACKAGE):
+            raise  # the package's own sentence (or its own bug): not the inputs' shapes
+        shapes = ", ".join(
+            f"{name} {tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
+            if hasattr(x, "shape") and hasattr(x, "dtype")
+            else f"{name} {type(x).__name__}"
+            for name, x in inputs.items()
+        )
+        said = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(
+            f"{caller}: {shapes} do not fit the network ({type(e).__name__}: {said}); "
+            "give inputs of the shape and type the network was built for"
+        ) from e
 
 
 def one_of(name: str, value, choices) -> object:

@@ -93,6 +93,33 @@ def misfit(fn, sig: inspect.Signature, name: str, args, kwargs) -> Exception | N
             return TypeError(f"{name}: {arg} must be {describe(hint)}, got {_show(value)}")
         if isinstance(value, numbers.Integral) and not INT64[0] <= int(value) <= INT64[1]:
             return ValueError(f"{name}: {arg} must fit in PyTorch's int64, got {value}")
+    for arg, value in bound.arguments.items():  # every kind fits: is a device missing?
+        said = _device_missing(f"{name}: {arg}", value, hints.get(arg, _ANY))
+        if said is not None:
+            return said
+    return None
+
+
+def _is_device(hint) -> bool:
+    return isinstance(hint, type) and hint.__module__ == "torch" and hint.__name__ == "device"
+
+
+def _device_missing(name: str, value, hint) -> Exception | None:
+    """The sentence for a device (or list of devices) in `value` that this machine cannot use,
+    or an empty list of devices, where `hint` names torch.device; else None."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        devices = [a for a in args if _is_device(a) or typing.get_origin(a) in (list, tuple)]
+        return _device_missing(name, value, devices[0]) if len(devices) == 1 else None
+    try:
+        if _is_device(hint):
+            _checks.device(name, value, available=True)
+        elif origin in (list, tuple) and args and _is_device(args[0]):
+            _checks.devices(name, value, available=True)
+    except ValueError as e:
+        return e
     return None
 
 

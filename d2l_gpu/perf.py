@@ -37,7 +37,7 @@ PEAK_TFLOPS = [
 
 def measure(fn: Callable[[], object], *, device=None, warmup: int = 1, repeat: int = 5) -> float:
     """Median seconds of `fn()` over `repeat` runs, after `warmup` runs, synchronizing `device`."""
-    _checks.callable_("measure: fn", fn)
+    _checks.callable_("measure: fn", fn, no_args=True)
     _checks.device("measure: device", device, optional=True)
     _checks.whole("measure: repeat", repeat, least=None)
     _checks.whole("measure: warmup", warmup, least=None)
@@ -85,7 +85,7 @@ def training_flops(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> int:
     net = copy.deepcopy(net).to("meta")  # no arithmetic done, net itself untouched
     X, y = torch.empty_like(X, device="meta"), torch.empty_like(y, device="meta")
     counter = FlopCounterMode(display=False)
-    with counter:
+    with counter, _checks.fits("training_flops", X=X, y=y):
         nn.functional.cross_entropy(net(X), y).backward()
     return counter.get_total_flops()
 

@@ -47,8 +47,23 @@ def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend) -> None:
 def _has_one_axis(X) -> bool:
     """True if X is a flat list or 1-d tensor rather than a list of series."""
     return (hasattr(X, "ndim") and X.ndim == 1) or (
-        isinstance(X, list) and not hasattr(X[0], "__len__")
+        isinstance(X, (list, tuple)) and not hasattr(X[0], "__len__")
     )
+
+
+SCALES = ("linear", "log", "symlog", "logit")  # matplotlib's axis scales
+
+
+def _numbers(name: str, i: int, values) -> None:
+    """Refuse series `i` of `name` unless matplotlib can read it as numbers."""
+    import numpy as np
+
+    if hasattr(values, "detach"):  # a tensor: numbers by construction
+        return
+    try:
+        np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must hold numbers, but its series {i} does not ({e})") from None
 
 
 def plot(
@@ -67,8 +82,15 @@ def plot(
 ):
     """Plot data points."""
     for name, value in (("X", X), ("Y", Y)):
-        if value is not None and not (isinstance(value, (list, tuple)) or hasattr(value, "ndim")):
+        if (value is not None or name == "X") and not (
+            isinstance(value, (list, tuple)) or hasattr(value, "ndim")
+        ):
             raise TypeError(f"plot: {name} must be a tensor, an array or a list, got {value!r:.60}")
+        if value is not None and (getattr(value, "ndim", 1) == 0 or len(value) == 0):
+            raise ValueError(f"plot: {name} is empty or one number; give it the points to draw")
+    for name, scale in (("xscale", xscale), ("yscale", yscale)):
+        if scale not in SCALES:
+            raise ValueError(f"plot: {name} must be one of {', '.join(SCALES)}, got {scale!r:.60}")
     if axes is not None and not hasattr(axes, "cla"):
         raise TypeError(
             f"plot: axes must be matplotlib's Axes (plt.gca()) or None, got {axes!r:.60}"
@@ -81,12 +103,19 @@ def plot(
         Y = [Y]
     if len(X) != len(Y):
         X = X * len(Y)
+    for name, series in (("X", X), ("Y", Y)):
+        for i, values in enumerate(series):
+            _numbers(f"plot: {name}", i, values)
     if axes is None:
         set_figsize(figsize)
         axes = pyplot().gca()
     axes.cla()
-    for x, y, fmt in zip(X, Y, fmts, strict=False):
-        axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
+    for i, (x, y, fmt) in enumerate(zip(X, Y, fmts, strict=False)):
+        try:
+            axes.plot(x, y, fmt) if len(x) else axes.plot(y, fmt)
+        except ValueError as e:  # matplotlib's: a format it cannot read, x and y of two lengths
+            said = f"plot: series {i} with format {fmt!r:.40} cannot be drawn: {e}"
+            raise ValueError(said) from None
     set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend)
     return axes
 

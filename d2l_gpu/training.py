@@ -123,8 +123,14 @@ def evaluate_accuracy_gpu(
 def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
     """Minibatch stochastic gradient descent."""
     _checks.number("sgd: batch_size", batch_size, positive=True)
+    _checks.number("sgd: lr", lr)
+    if isinstance(params, (nn.Module, str, bytes)):
+        raise TypeError("sgd: params must be the tensors to update (net.parameters()), got "
+                        f"{params!r:.40}")  # fmt: skip
     with torch.no_grad():
         for param in params:
+            if not isinstance(param, torch.Tensor):
+                raise TypeError(f"sgd: params must hold tensors, got {param!r:.60}")
             _checks.has_grad("sgd", param)
             param -= lr * param.grad / batch_size
             param.grad.zero_()
@@ -137,7 +143,7 @@ def scale_for_devices(batch_size: int, lr: float, num_devices: int) -> tuple[int
     return batch_size * num_devices, lr * num_devices
 
 
-def data_parallel(net: nn.Module, devices) -> nn.Module:
+def data_parallel(net: nn.Module, devices: list[torch.device]) -> nn.Module:
     """nn.DataParallel over 2+ CUDA devices in `devices` (net on devices[0] first), else net."""
     if not devices:
         raise ValueError("data_parallel: devices is empty; give at least one, e.g. [d2l.try_gpu()]")

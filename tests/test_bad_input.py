@@ -130,7 +130,7 @@ MORE += [
     ("d2l.show_images([torch.ones(2)], 1, 1)", ValueError, "image 0 is not a picture"),
     ("d2l.TransformerWorkload(text=torch.ones(3))", TypeError, "text must be True or False"),
     ("d2l.examples_per_second([1, 2])", TypeError, "must give (X, y) batches, got 1 as batch 0"),
-    ("d2l.sgd('cpu', 0.1, 1)", TypeError, "sgd: params must be an iterable"),
+    ("d2l.sgd('cpu', 0.1, 1)", TypeError, "sgd: params must be the tensors to update"),
     ("d2l.warmup_cosine(1, 10)", TypeError, "optimizer must be a torch.optim.Optimizer, got 1"),
     ("d2l.materialize(nn.Linear(1, 1), torch.ones(2))", TypeError, "shape must be a tuple"),
     ("d2l.ShardedLayer(torch.ones(2, 2), torch.ones(2), 0, 0.1, 2)", TypeError, "rank must be"),
@@ -146,6 +146,35 @@ MORE += [
         "set_axes: axes must be matplotlib's Axes",
     ),  # fmt: skip
     ("d2l.toy_data(2**64, 4, 3)", ValueError, "toy_data: n must fit in PyTorch's int64, got"),
+    # found by `make fuzz` (200 examples a function)
+    ("d2l.measure(nn.Linear(1, 1))", TypeError, "measure: fn is called with no arguments, but"),
+    ("d2l.sgd(nn.Linear(1, 1), 0.1, 1)", TypeError, "sgd: params must be the tensors to update"),
+    ("d2l.sgd(['w'], 0.1, 1)", TypeError, "sgd: params must hold tensors, got 'w'"),
+    ("d2l.plot([torch.device('cpu')])", TypeError, "plot: Y must hold numbers, but its series 0"),
+    (
+        "d2l.training_flops(nn.Linear(2, 3), torch.ones(4, 5), torch.zeros(4, dtype=torch.long))",
+        ValueError,
+        "training_flops: X (4, 5) float32, y (4,) int64 do not fit the network",
+    ),  # fmt: skip
+    (
+        "d2l.channel_split(nn.Sequential(nn.Linear(2, 3)), torch.ones(4, 5))",
+        ValueError,
+        "channel_split: X (4, 5) float32 do not fit the network",
+    ),  # fmt: skip
+    ("d2l.data_parallel(seq(), 'cpu')", TypeError, "data_parallel: devices must be a list"),
+    ("d2l.data_parallel(seq(), ['nope'])", ValueError, "devices entry 'nope' is not a device"),
+    ("d2l.split_batch(torch.ones(3), torch.ones(3), [])", ValueError, "devices must name at least"),
+    ("d2l.stage_backward(torch.ones(2), torch.ones(2), None)", ValueError, "no graph to go back"),
+    (
+        "d2l.stage_backward(torch.ones(2), torch.ones(2, requires_grad=True) * 2, None)",
+        ValueError,
+        "stage_backward: out of shape (2,) with no grad: give the loss alone",
+    ),  # fmt: skip
+    ("d2l.plot(None)", TypeError, "plot: X must be a tensor, an array or a list, got None"),
+    ("d2l.plot([])", ValueError, "plot: X is empty or one number"),
+    ("d2l.plot([1, 2], yscale='text')", ValueError, "plot: yscale must be one of linear, log"),
+    ("d2l.plot([1, 2], fmts=['nope'])", ValueError, "plot: series 0 with format 'nope' cannot be"),
+    ("d2l.gpipe_step(seq(), 1, 1, 1, 1, 1, 1)", TypeError, "gpipe_step: mesh must be"),
 ]
 NAMES = dict(d2l=d2l, torch=torch, nn=nn, seq=seq, with_grad=with_grad, sgd_for=sgd_for)
 NAMES.update(X=X, Y=Y, LOSS=LOSS, BATCHES=BATCHES, CONCISE=CONCISE)

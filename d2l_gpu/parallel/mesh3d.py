@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.nn import functional as F
 
 from .. import _checks
@@ -80,7 +81,15 @@ def _neighbours(mesh) -> tuple[int | None, int | None]:
     return (ranks[s - 1] if s > 0 else None), (ranks[s + 1] if s + 1 < len(ranks) else None)
 
 
-def gpipe_step(stage: nn.Module, mesh, X, y, m: int, width: int, dtype) -> torch.Tensor | None:
+def gpipe_step(
+    stage: nn.Module,
+    mesh: DeviceMesh,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    m: int,
+    width: int,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
     """Forward and backward of this rank's stage over m micro-batches of (X, y), GPipe's order;
     the sum of the micro-batches' losses on the last stage (each mean / m), else None."""
     prev, nxt = _neighbours(mesh)

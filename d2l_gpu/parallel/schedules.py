@@ -47,7 +47,15 @@ def stage_forward(stage: nn.Module, h: torch.Tensor, device: torch.device, first
 
 def stage_backward(received: torch.Tensor, out: torch.Tensor, grad: torch.Tensor | None):
     """Backward through one stage from its output's gradient (None: out is the loss); input grad."""
-    out.backward() if grad is None else out.backward(grad.to(out.device))
+    if not out.requires_grad:
+        raise ValueError("stage_backward: out has no graph to go back through (requires_grad off)")
+    if grad is None and out.numel() != 1 or grad is not None and grad.shape != out.shape:
+        given = "no grad" if grad is None else f"a grad of shape {tuple(grad.shape)}"
+        raise ValueError(
+            f"stage_backward: out of shape {tuple(out.shape)} with {given}: give the loss alone, "
+            "or the gradient of out (its shape)"
+        )
+    out.backward() if grad is None else out.backward(grad.to(out.device, out.dtype))
     return received.grad
 
 
