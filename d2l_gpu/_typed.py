@@ -53,10 +53,14 @@ def typed(fn):
         except Exception as error:
             if deliberate(error):
                 raise
-            sentence = misfit(fn, sig, name, args, kwargs) or outside_group(name, error)
+            sentence = (
+                misfit(fn, sig, name, args, kwargs)
+                or outside_group(name, error)
+                or does_not_fit(sig, name, args, kwargs, error)
+            )
             if sentence is None:
                 raise
-            raise sentence from None  # a sentence of ours: its traceback ends here
+            raise sentence.with_traceback(None) from None  # ours: its traceback ends here
 
     return checked
 
@@ -132,6 +136,36 @@ def outside_group(name: str, error: Exception) -> Exception | None:
     except RuntimeError as e:
         return e
     return None
+
+
+def does_not_fit(sig: inspect.Signature, name: str, args, kwargs, error) -> Exception | None:
+    """The sentence for tensors of the call that one of its modules could not take (PyTorch's
+    error about a shape or a type, raised inside PyTorch), naming them and their shapes; else
+    None."""
+    import torch
+
+    frames = traceback.extract_tb(error.__traceback__)
+    torch_dir = str(Path(torch.__file__).parent)
+    if not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)) or not (
+        frames and frames[-1].filename.startswith(torch_dir)
+    ):
+        return None
+    try:
+        given = sig.bind(*args, **kwargs).arguments
+    except TypeError:
+        return None
+    modules = [a for a, v in given.items() if isinstance(v, torch.nn.Module)]
+    tensors = {a: v for a, v in given.items() if isinstance(v, torch.Tensor)}
+    if not modules or not tensors:
+        return None
+    shapes = ", ".join(
+        f"{a} {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}" for a, v in tensors.items()
+    )
+    said = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    return ValueError(
+        f"{name}: {shapes} do not fit {' and '.join(modules)} ({type(error).__name__}: {said}); "
+        "give inputs of the shape and type the network was built for"
+    )
 
 
 def deliberate(error: BaseException) -> bool:

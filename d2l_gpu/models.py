@@ -104,8 +104,8 @@ class Residual(nn.Module):
 
 def resnet_block(num_channels: int, num_residuals: int, first_block: bool = False) -> nn.Sequential:
     """A stage of ResNet: `num_residuals` Residual blocks; all but the first stage halve H and W."""
-    _checks.whole("resnet_block: num_channels", num_channels)
-    _checks.whole("resnet_block: num_residuals", num_residuals)
+    _checks.whole("resnet_block: num_channels", num_channels, most=2**16)
+    _checks.whole("resnet_block: num_residuals", num_residuals, most=1000)  # modules, not weights
     blk = []
     for i in range(num_residuals):
         if i == 0 and not first_block:

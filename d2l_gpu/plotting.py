@@ -122,6 +122,8 @@ def plot(
 
 def show_images(imgs: Iterable, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
     """Plot a list of images."""
+    _checks.whole("show_images: num_rows", num_rows, most=1000)
+    _checks.whole("show_images: num_cols", num_cols, most=1000)
     figsize = (num_cols * scale, num_rows * scale)
     _, axes = pyplot().subplots(num_rows, num_cols, figsize=figsize, squeeze=False)
     axes = axes.flatten()

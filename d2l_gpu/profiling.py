@@ -66,7 +66,7 @@ def profile_step(
     warmup: int = 2,
 ) -> list[dict]:
     """Run `step()` `warmup` times, then once under torch.profiler; save the trace to `path`."""
-    _checks.callable_("profile_step: step", step)
+    _checks.callable_("profile_step: step", step, no_args=True)
     _checks.whole("profile_step: warmup", warmup, least=0)
     where = _checks.device(
         "profile_step: device", "cpu" if device is None else device, available=True

@@ -61,7 +61,11 @@ MORE = [
     ("d2l.mlp(5)", TypeError, "widths must be a list, got 5"),
     ("d2l.TransformerBlock(256, 0)", ValueError, "num_heads must be a whole number >= 1, got 0"),
     ("d2l.transformer(0)", ValueError, "vocab must be a whole number >= 1, got 0"),
-    ("d2l.resnet_block(64, 0)", ValueError, "num_residuals must be a whole number >= 1, got 0"),
+    (
+        "d2l.resnet_block(64, 0)",
+        ValueError,
+        "num_residuals must be a whole number from 1 to 1000, got 0",
+    ),
     ("d2l.Residual(0)", ValueError, "num_channels must be a whole number >= 1, got 0"),
     ("d2l.lenet_blocks([torch.ones(3)])", ValueError, "params must be the 8 tensors"),
     ("d2l.materialize(seq(), (1, 5))", ValueError, "batch of shape (1, 5) does not fit net"),
@@ -175,6 +179,21 @@ MORE += [
     ("d2l.plot([1, 2], yscale='text')", ValueError, "plot: yscale must be one of linear, log"),
     ("d2l.plot([1, 2], fmts=['nope'])", ValueError, "plot: series 0 with format 'nope' cannot be"),
     ("d2l.gpipe_step(seq(), 1, 1, 1, 1, 1, 1)", TypeError, "gpipe_step: mesh must be"),
+    ("d2l.train_mesh(seq(), 1, 1, 1, 1, 1)", TypeError, "train_mesh: mesh must be"),
+    ("d2l.train_parallel((1, 2), [], [], 0.1, 1)", ValueError, "train_parallel: devices entry 1"),
+    ("d2l.stage_forward(seq(), torch.ones(0), 'cpu')", ValueError, "h (0,) float32 do not fit"),
+    ("d2l.memory_breakdown(seq(), torch.ones(0))", ValueError, "X (0,) float32 do not fit net"),
+    ("d2l.profile_step(seq(), 'trace.json')", TypeError, "profile_step: step is called with no"),
+    ("d2l.show_images([], 0, 0)", ValueError, "show_images: num_rows must be a whole number"),
+    ("d2l.one_f_one_b_schedule(2**40, 2**40)", ValueError, "p*m <= 10**7, got p=1099511627776"),
+    ("d2l.gpipe_schedule(10**4, 10**4)", ValueError, "p*m <= 10**7, got p=10000, m=10000"),
+    ("d2l.resnet_block(8, 2**40)", ValueError, "num_residuals must be a whole number from 1 to"),
+    ("d2l.step_seconds(seq(), 'cpu')", TypeError, "step_seconds: step is called with no argum"),
+    (
+        "d2l.train_batch(torch.ones(2, 2), torch.ones(2), torch.ones(2), ['cpu'], 0.1)",
+        TypeError,
+        "train_batch: device_params must be a list",
+    ),  # fmt: skip
 ]
 NAMES = dict(d2l=d2l, torch=torch, nn=nn, seq=seq, with_grad=with_grad, sgd_for=sgd_for)
 NAMES.update(X=X, Y=Y, LOSS=LOSS, BATCHES=BATCHES, CONCISE=CONCISE)

@@ -32,8 +32,8 @@ NAMES = dict(
 # and the value given)
 CASES = [
     # the functions the lessons print (# @save): their checks are part of the lesson's code
-    ("d2l.gpipe_schedule(0, 2)", ValueError, "p >= 1 stages and m >= 1 micro-batches, got 0, 2"),
-    ("d2l.one_f_one_b_schedule(2, 0)", ValueError, "m >= 1 micro-batches, got 2, 0"),
+    ("d2l.gpipe_schedule(0, 2)", ValueError, "1 <= p, 1 <= m and p*m <= 10**7, got p=0, m=2"),
+    ("d2l.one_f_one_b_schedule(2, 0)", ValueError, "1 <= m and p*m <= 10**7, got p=2, m=0"),
     ("d2l.bubble_fraction(0, 4)", ValueError, "p >= 1 stages and m >= 1 micro-batches, got 0, 4"),
     ("d2l.bubble_fraction(2, 0)", ValueError, "got 2, 0"),
     ("d2l.time_ops(lambda: None)", TypeError, "dict of name -> function"),

@@ -257,7 +257,7 @@ def train_measured(
 
 def step_seconds(step, device: torch.device, repeat: int = 3, warmup: int = 1) -> float:
     """Median wall time of `step()` on this rank, the device synchronised, ranks aligned first."""
-    _checks.callable_("step_seconds: step", step)
+    _checks.callable_("step_seconds: step", step, no_args=True)
     _checks.device("step_seconds: device", device)
     _checks.whole("step_seconds: repeat", repeat)
     _checks.whole("step_seconds: warmup", warmup, least=0)

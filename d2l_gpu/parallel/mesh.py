@@ -97,7 +97,9 @@ def batch_part(X: torch.Tensor, mesh) -> torch.Tensor:
     return X.tensor_split(mesh["dp"].size())[mesh.get_local_rank("dp")].to(rank_device())
 
 
-def train_mesh(net: nn.Module, mesh, X, y, steps: int, lr: float) -> list[float]:
+def train_mesh(
+    net: nn.Module, mesh: DeviceMesh, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float
+) -> list[float]:
     """`steps` SGD steps on this dp group's part of (X, y); the global mean losses."""
     opt, losses = torch.optim.SGD(net.parameters(), lr=lr), []
     Xp, yp = batch_part(X, mesh), batch_part(y, mesh)

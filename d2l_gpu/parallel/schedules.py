@@ -76,15 +76,15 @@ def model_parallel_step(
 
 def gpipe_schedule(p: int, m: int) -> list[list[Action]]:
     """GPipe: each stage runs the forward of all m micro-batches, then all m backwards."""
-    if p < 1 or m < 1:
-        raise ValueError(f"a pipeline needs p >= 1 stages and m >= 1 micro-batches, got {p}, {m}")
+    if p < 1 or m < 1 or p * m > 10**7:  # 10**7 actions: far beyond any real pipeline
+        raise ValueError(f"a pipeline needs 1 <= p, 1 <= m and p*m <= 10**7, got p={p}, m={m}")
     return [[("F", i) for i in range(m)] + [("B", i) for i in range(m)] for _ in range(p)]
 
 
 def one_f_one_b_schedule(p: int, m: int) -> list[list[Action]]:
     """1F1B: stage s warms up with p-1-s forwards, then alternates forward and backward."""
-    if p < 1 or m < 1:
-        raise ValueError(f"a pipeline needs p >= 1 stages and m >= 1 micro-batches, got {p}, {m}")
+    if p < 1 or m < 1 or p * m > 10**7:  # 10**7 actions: far beyond any real pipeline
+        raise ValueError(f"a pipeline needs 1 <= p, 1 <= m and p*m <= 10**7, got p={p}, m={m}")
     out = []
     for s in range(p):
         warm = min(p - 1 - s, m)
