@@ -7,16 +7,11 @@ sentence names the argument, e.g. "split_stages: k". Core code: torch is importe
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import numbers
-import traceback
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import cast
-
-_PACKAGE = str(Path(__file__).resolve().parent)
 
 
 def whole(name: str, value, *, least: int | None = 1, most: int | None = None) -> int:
@@ -131,30 +126,6 @@ def callable_(name: str, value, *, no_args: bool = False) -> Callable:
         except ValueError:  # no signature to read (some built-ins): called as it is
             pass
     return value
-
-
-@contextlib.contextmanager
-def fits(caller: str, **inputs) -> Iterator[None]:
-    """Run the block; an error from inside PyTorch because `inputs` (X, y, ...) do not fit the
-    network (a shape, a dtype, a count) becomes one sentence naming `caller` and their shapes.
-    A sentence the package itself raised inside the block passes through unchanged."""
-    try:
-        yield
-    except (RuntimeError, TypeError, ValueError, IndexError) as e:
-        frames = traceback.extract_tb(e.__traceback__)
-        if frames and frames[-1].filename.startswith(_PACKAGE):
-            raise  # the package's own sentence (or its own bug): not the inputs' shapes
-        shapes = ", ".join(
-            f"{name} {tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
-            if hasattr(x, "shape") and hasattr(x, "dtype")
-            else f"{name} {type(x).__name__}"
-            for name, x in inputs.items()
-        )
-        said = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ValueError(
-            f"{caller}: {shapes} do not fit the network ({type(e).__name__}: {said}); "
-            "give inputs of the shape and type the network was built for"
-        ) from e
 
 
 def one_of(name: str, value, choices) -> object:

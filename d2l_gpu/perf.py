@@ -85,7 +85,7 @@ def training_flops(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> int:
     net = copy.deepcopy(net).to("meta")  # no arithmetic done, net itself untouched
     X, y = torch.empty_like(X, device="meta"), torch.empty_like(y, device="meta")
     counter = FlopCounterMode(display=False)
-    with counter, _checks.fits("training_flops", X=X, y=y):
+    with counter:
         nn.functional.cross_entropy(net(X), y).backward()
     return counter.get_total_flops()
 

@@ -158,12 +158,12 @@ MORE += [
     (
         "d2l.training_flops(nn.Linear(2, 3), torch.ones(4, 5), torch.zeros(4, dtype=torch.long))",
         ValueError,
-        "training_flops: X (4, 5) float32, y (4,) int64 do not fit the network",
+        "training_flops: X (4, 5) float32, y (4,) int64 do not fit net",
     ),  # fmt: skip
     (
         "d2l.channel_split(nn.Sequential(nn.Linear(2, 3)), torch.ones(4, 5))",
         ValueError,
-        "channel_split: X (4, 5) float32 do not fit the network",
+        "channel_split: X (4, 5) float32 do not fit net",
     ),  # fmt: skip
     ("d2l.data_parallel(seq(), 'cpu')", TypeError, "data_parallel: devices must be a list"),
     ("d2l.data_parallel(seq(), ['nope'])", ValueError, "devices entry 'nope' is not a device"),

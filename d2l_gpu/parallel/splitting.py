@@ -179,7 +179,7 @@ def channel_split(net: nn.Sequential, X: torch.Tensor) -> dict:
     was_training = net.training
     net.eval()
     try:
-        with torch.no_grad(), _checks.fits("channel_split", X=X):
+        with torch.no_grad():
             net(first)
     finally:
         for hook in hooks:
