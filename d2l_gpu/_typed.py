@@ -5,6 +5,9 @@ call fails: `d2l.accuracy("logits", y)` says "accuracy: y_hat must be a torch.Te
 'logits'" instead of an AttributeError from deep inside. Ranges (a count >= 1, a finite rate)
 stay with each function's own checks (`_checks`), which speak first; `typed` adds one range that
 holds for every whole-number argument: it fits in 64 bits, as PyTorch needs.
+When every argument has the right kind, two more are read: a device (or list of devices) this
+machine does not have, or an empty list of them, is named; and where PyTorch failed inside a
+module given to the call, the tensors given with it are named with their shapes.
 
 Lenient where Python and PyTorch are: a float accepts any real number (ints and NumPy's
 included), an int any integral one, a torch.device also a name such as "cpu" or an index, a
