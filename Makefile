@@ -9,7 +9,7 @@ VENV ?= .venv
 export VENV
 COURSE := $(PYTHON) scripts/course.py
 
-.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser site stress gpu-report fuzz spread kernel lock clean
+.PHONY: setup setup-dev lessons test test-other-cpu test-cluster test-unit test-notebooks test-slow test-oldest lab check format slides test-browser site stress gpu-report fuzz spread grading-course kernel lock clean
 
 setup:  ## create .venv with the learners' lock and the package
 	$(COURSE) setup
@@ -55,6 +55,9 @@ gpu-report:  ## on a machine with an accelerator: the acceptance run, build/gpu-
 
 fuzz:  ## the property-based sweeps of every public function and flag, many random examples each
 	$(COURSE) fuzz
+
+grading-course:  ## the exercises as an nbgrader course in build/grading (docs/grading.md)
+	$(COURSE) grading-course
 
 spread:  ## how much the "it learns" test figures vary here (seeds x options x threads)
 	$(COURSE) spread

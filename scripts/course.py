@@ -20,6 +20,7 @@ site          the website, English and Chinese, in build/site/ (the decks first)
 setup-site    setup-dev, then the website's lock (Sphinx, myst-nb, the theme, jieba)
 stress        40 two-rank torchrun jobs    gpu-report          the GPU acceptance run
 spread        the spread of the "it learns" figures            clean    remove build/ and caches
+grading-course  the exercises as an nbgrader course in build/grading/ (docs/grading.md)
 
 The Makefile's targets call this script, so `make test` and `python scripts/course.py test` do
 the same. The virtual environment is `.venv` (VENV=... to change it); its Python is
@@ -336,6 +337,11 @@ class Course:
         sweeps = ["tests/test_sweep_functions.py", "tests/test_sweep_flags.py"]
         self.run(self.py, "-m", "pytest", "-n", str(workers()), "-p", "no:cacheprovider",
                  *sweeps, env={**TEST_MALLOC, "D2L_GPU_FUZZ": "fuzz"})  # fmt: skip
+
+    def grading_course(self) -> None:
+        """The exercises as an nbgrader course in build/grading (docs/grading.md)."""
+        self.setup_dev()
+        self.run(self.py, "scripts/grading.py")
 
     def spread(self) -> None:
         self.setup_dev()

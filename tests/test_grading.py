@@ -1,0 +1,266 @@
+"""The graded course (scripts/grading.py): built from the lessons, and run end to end, offline.
+
+The loop an instructor runs with nbgrader, in one temporary folder, on lesson 2: build, generate,
+release; four students fetch and submit; collect, autograde, generate and release feedback; the
+students fetch it. Sentinels: the worked solutions score full marks; the untouched release scores
+0 (and does not hang); a plausible wrong answer (tests/answers) loses that question's point only,
+although its student also rewrote that question's locked test and deleted another; an answer that
+never ends is stopped by the timeout and scores 0 for its question alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import grading
+import nbformat
+import nbtools
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON = "02-tensors"
+COURSE = "d2l-gpu"
+pytest.importorskip("nbgrader")
+
+
+def graded_ids(nb, kind: str) -> list[str]:
+    """The grade ids of a notebook's nbgrader cells of one kind (`answer` or `check`)."""
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    return [i for i in ids if i.startswith(f"{kind}-")]
+
+
+def test_every_exercise_check_is_graded_once():
+    """Each check of tests/answers is one locked test cell of its lesson's assignment, but the
+    two opted-in torch.compile exercises (grading.OPTIONAL), which are named, not graded."""
+    answers = importlib.import_module("answers")
+    by_name = {m.NOTEBOOK: m.CASES for m in _lesson_modules(answers)}
+    for stem in grading.lessons():
+        nb = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")
+        source = grading.assignment(nb, nbtools.load(ROOT / "solutions" / f"{stem}.ipynb"), stem)
+        tests = [c.source for c in source.cells if "check-" in _grade_id(c)]
+        starters = [
+            c.metadata["d2l_gpu"]["starter"] for c in source.cells if "answer-" in _grade_id(c)
+        ]
+        left = [k for k in grading.OPTIONAL if k[0] == stem]
+        covered = set()
+        for case in by_name[f"{stem}.ipynb"]:
+            found = [
+                i
+                for i, (t, s) in enumerate(zip(tests, starters, strict=True))
+                if case.cell in t + s
+            ]
+            optional = [k for k in left if k[1] in nbtools._source(_cell_with(nb, case.cell))]
+            assert len(found) + len(optional) == 1, f"{stem}: {case.why}"
+            covered.update(found)
+        assert covered == set(range(len(tests))), f"{stem}: a graded check with no case"
+
+
+def test_each_solution_is_the_solutions_notebooks():
+    """The graded solution of every answer cell is code of solutions/, statement for statement,
+    and the release's starter is the lesson's, so neither can drift from what students read."""
+    for stem in grading.lessons():
+        nb = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")
+        sol = nbtools.load(ROOT / "solutions" / f"{stem}.ipynb")
+        worked = grading._bare("".join(nbtools._source(c) for c in sol["cells"]))
+        lesson = grading._bare("".join(nbtools._source(c) for c in nb["cells"]))
+        for cell in grading.assignment(nb, sol, stem).cells:
+            if "answer-" not in _grade_id(cell):
+                continue
+            begin, *solution, end = cell.source.splitlines()
+            assert (begin, end) == grading.SOLUTION
+            for statement in grading.statements("\n".join(solution)):
+                assert grading._bare(statement) in worked, f"{stem}: {statement[:60]!r}"
+            for part in cell.metadata["d2l_gpu"]["starter"].split("\n\n\n"):  # cells joined
+                assert grading._bare(part) in lesson, f"{stem}: {part[:60]!r}"
+
+
+def test_a_check_missing_from_the_solutions_is_named():
+    nb = nbtools.load(ROOT / "notebooks" / f"{LESSON}.ipynb")
+    sol = nbtools.load(ROOT / "solutions" / f"{LESSON}.ipynb")
+    for cell in sol["cells"]:
+        cell["source"] = nbtools._source(cell).replace("check(", "print(")
+    with pytest.raises(grading.GradingError, match="no cell of the solutions holds the check"):
+        grading.assignment(nb, sol, LESSON)
+
+
+def test_a_check_that_indenting_would_change_is_refused():
+    assert grading.indented("check(x)\n") == "    check(x)\n"
+    with pytest.raises(grading.GradingError, match="changes meaning when indented"):
+        grading.indented('check(x, """a\nb""")')
+
+
+def test_the_build_names_an_unknown_lesson(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        grading.main(["--out", str(tmp_path), "99"])
+    assert "no lesson 99" in capsys.readouterr().err
+
+
+def test_starters_are_what_students_fill_in():
+    assert grading.is_starter("x = ...  # TODO") and grading.is_starter("def f():\n    ...\n")
+    assert not grading.is_starter("if answer is ...:\n    pass\n")  # a test for an answer
+
+
+def _lesson_modules(answers) -> list:
+    import pkgutil
+
+    names = [m.name for m in pkgutil.iter_modules(answers.__path__)]
+    return [importlib.import_module(f"answers.{n}") for n in names]
+
+
+def _grade_id(cell) -> str:
+    return cell.metadata.get("nbgrader", {}).get("grade_id", "")
+
+
+def _cell_with(nb, needle: str):
+    return next(c for c in nb["cells"] if c["cell_type"] == "code" and needle in nbtools._source(c))
+
+
+# --- the loop, end to end ---------------------------------------------------------------------
+
+
+def nbgrader(cwd: Path, exchange: Path, *args: str, timeout: float = 300) -> str:
+    """Run one nbgrader command in `cwd` against the exchange folder; return what it printed."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # each person's own cache of what they submitted (nbgrader keeps it under ~ by default)
+    cache = exchange.parent / "cache" / cwd.name
+    cmd = [sys.executable, "-m", "nbgrader", *args, f"--Exchange.root={exchange}"]
+    cmd.append(f"--Exchange.cache={cache}")
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{said[-3000:]}"
+    return said
+
+
+def answered(release: Path, source: Path, edits: dict[str, str]) -> nbformat.NotebookNode:
+    """The released notebook with every answer cell solved, then the cells in `edits` (grade id
+    to new source; "" deletes the cell) changed as a student would change them."""
+    nb = nbformat.read(release, as_version=4)
+    solved = {_grade_id(c): c.source for c in nbformat.read(source, as_version=4).cells}
+    cells = []
+    for cell in nb.cells:
+        gid = _grade_id(cell)
+        if gid.startswith("answer-"):
+            cell.source = "\n".join(solved[gid].splitlines()[1:-1])  # less the markers
+        if gid in edits:
+            if not edits[gid]:
+                continue
+            cell.source = edits[gid]
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+@pytest.mark.slow
+def test_the_course_loop_grades_and_gives_feedback(tmp_path):
+    course, exchange = tmp_path / "course", tmp_path / "exchange"
+    grading.build(course, [LESSON])
+    nbgrader(course, exchange, "generate_assignment", LESSON, "--force")
+    nbgrader(course, exchange, "release_assignment", LESSON, "--force")
+    release = course / "release" / LESSON / f"{LESSON}.ipynb"
+    assert "BEGIN SOLUTION" not in release.read_text()
+    assert "float32_mib = ...  # your number" in release.read_text()  # the lesson's own starter
+
+    wrong = importlib.import_module("answers.l02").CASES[0].wrong.replace  # MB for MiB
+    source = course / "source" / LESSON / f"{LESSON}.ipynb"
+    fetched = nbformat.read(release, as_version=4)
+    starter = next(c.source for c in fetched.cells if _grade_id(c) == "answer-1")
+    for old, new in wrong:
+        starter = starter.replace(old, new)
+    students = {
+        "ada": answered(release, source, {}),  # the worked solutions
+        "bert": fetched,  # hands in the release untouched
+        "cleo": answered(
+            release,
+            source,
+            {
+                "answer-1": starter,
+                "check-1": 'with must_pass():\n    print("correct")',  # a locked test rewritten
+                "check-3": "",  # and another deleted
+            },
+        ),
+        "dana": answered(release, source, {"answer-2": "while True:\n    pass"}),
+    }
+    for student, nb in students.items():
+        home = tmp_path / student
+        home.mkdir()
+        nbgrader(home, exchange, "fetch_assignment", LESSON, f"--course={COURSE}")
+        nbformat.write(nb, home / LESSON / f"{LESSON}.ipynb")
+        nbgrader(home, exchange, "submit", LESSON, f"--course={COURSE}", f"--student={student}")
+
+    nbgrader(course, exchange, "collect", LESSON)
+    nbgrader(course, exchange, "autograde", LESSON, "--Execute.timeout=30", timeout=600)
+    scores = _scores(course)
+    assert scores["ada"] == [1.0, 1.0, 1.0], scores
+    assert scores["bert"] == [0.0, 0.0, 0.0], scores
+    assert scores["cleo"] == [0.0, 1.0, 1.0], scores  # the locked tests restored
+    assert scores["dana"] == [1.0, 0.0, 1.0], scores  # stopped by the timeout
+
+    nbgrader(course, exchange, "generate_feedback", LESSON)
+    nbgrader(course, exchange, "release_feedback", LESSON)
+    home = tmp_path / "cleo"
+    nbgrader(home, exchange, "fetch_feedback", LESSON, f"--course={COURSE}")
+    pages = list((home / LESSON / "feedback").glob(f"*/{LESSON}.html"))
+    assert len(pages) == 1
+    page = pages[0].read_text()
+    assert re.search(r"Score:\s*2(\.0)?\s*/\s*3(\.0)?", page), "no score 2 / 3 on cleo's page"
+    assert "the check above did not say correct" in page  # why question 1 lost its point
+
+
+def _scores(course: Path) -> dict[str, list[float]]:
+    """Each student's score on the three questions of the lesson, from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {
+            student: [gb.find_grade(f"check-{n}", LESSON, LESSON, student).score for n in (1, 2, 3)]
+            for student in ("ada", "bert", "cleo", "dana")
+        }
+
+
+def test_must_pass_fails_unless_every_check_said_correct(capsys):
+    names: dict = {}
+    exec(grading.MUST_PASS, names)  # noqa: S102 - the locked cell, as the assignment runs it
+    must_pass = names["must_pass"]
+    with must_pass():
+        print("correct")
+    with must_pass():
+        print("Exercise 2: the difference shrinks: True")
+    for said in ("not yet: count again", "correct\nnot yet: bfloat16 is 2 bytes", "", "True"):
+        with pytest.raises(AssertionError, match="did not say correct"), must_pass():
+            print(said)
+    with pytest.raises(NameError), must_pass():  # an answer never defined fails as itself
+        print(undefined_answer)  # noqa: F821
+    assert "not yet: count again" in capsys.readouterr().out  # the hint is still shown
+
+
+def test_an_out_folder_that_cannot_be_written_is_named(tmp_path, capsys):
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    assert grading.main(["--out", str(taken), "02"]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("grading.py: cannot write the course to --out") and str(taken) in said
+    assert "Traceback" not in said and taken.read_text() == "not a folder"
+
+
+def test_the_chinese_course_grades_the_same_code(tmp_path):
+    """`grading.py --zh` builds from notebooks/zh and solutions/zh, whose code is the English
+    code (scripts/zh.py): every code cell of each assignment, graded or not, is the same."""
+    en, zh = tmp_path / "en", tmp_path / "zh"
+    assert grading.main(["--out", str(en)]) == 0 and grading.main(["--out", str(zh), "--zh"]) == 0
+    for stem in grading.lessons():
+        path = Path("source", stem, f"{stem}.ipynb")
+        code = [
+            [
+                (c.source, c.metadata.get("nbgrader"))
+                for c in nbformat.read(d / path, 4).cells
+                if c.cell_type == "code"
+            ]  # fmt: skip
+            for d in (en, zh)
+        ]
+        assert code[0] == code[1], stem
+        assert "## 练习" in (zh / path).read_text(encoding="utf-8"), stem
