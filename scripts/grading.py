@@ -37,6 +37,7 @@ CHECK_CALL = re.compile(r"^check\(|print\(\s*f?\"Exercise \d+:", re.MULTILINE)
 PASS = re.compile(r"^(correct|Exercise \d+: .*: True)$")
 REFUSAL = re.compile(r"^(not yet|not answered yet|Exercise \d+: (not |.*: False$))")
 SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
+NEW_EXERCISE = re.compile(r"^\d+\. \*\*")  # "3. **Fix the bug.**": an exercise's text begins
 # exercises left out of grading, and why: their solutions run only when the student opts in
 OPTIONAL = {
     ("08-performance-lab", "Exercise 3"): "torch.compile builds C++ code first (needs a compiler)",
@@ -89,7 +90,9 @@ def statements(source: str) -> list[str]:
 
 
 def is_starter(source: str) -> bool:
-    """A cell the student fills in: a `...` that is not compared (`x is ...` tests for one)."""
+    """A cell the student fills in: a `TODO`, or a `...` not compared (`x is ...` tests for one)."""
+    if re.search(r"#.*\bTODO\b", source):
+        return True
     tree = ast.parse(TransformerManager().transform_cell(source))
     compared = {id(n) for c in ast.walk(tree) if isinstance(c, ast.Compare) for n in ast.walk(c)}
     return any(
@@ -171,13 +174,70 @@ def solution_for(
         if i == after[0] and solutions[i][j].startswith("print("):
             continue  # what the previous exercise printed of its result
         kept.append((i, solutions[i][j]))
+    return kept, end
+
+
+def joined(statements_: list[tuple[int, str]]) -> str:
+    """Statements (each with the cell it came from) as code, spaced as ruff formats it."""
     text = ""
-    for k, (i, statement) in enumerate(kept):
-        if k:  # as ruff formats it: two blank lines around a definition and between cells
-            apart = kept[k - 1][0] != i or any(_defines(s) for s in (kept[k - 1][1], statement))
+    for k, (i, statement) in enumerate(statements_):
+        if k:  # two blank lines around a definition and between cells
+            before = statements_[k - 1]
+            apart = before[0] != i or any(_defines(s) for s in (before[1], statement))
             text += "\n\n\n" if apart else "\n"
         text += statement
-    return text, end
+    return text
+
+
+def merged(
+    starter: list[tuple[int, str]], solution: list[tuple[int, str]], lesson: set[str]
+) -> list[tuple[int, str]] | None:
+    """The starter with each statement that asks for work (a `...`, a TODO) replaced by the
+    solution's statement that binds the same names, after the solution's statements that set
+    what it uses and the lesson lacks (in the solution's order); None when a statement that asks
+    for work has no such counterpart. The starter's other statements stay: the check may rely on
+    what they set up."""
+    binding = {frozenset(_names(s)): k for k, (_, s) in enumerate(solution) if _names(s)}
+    asks = [s for _, s in starter if _asks(s)]
+    if not asks or any(frozenset(_names(s)) not in binding for s in asks):
+        return None
+    taken: set[int] = set()
+
+    def needed(k: int) -> list[int]:
+        """The solution statements before `k` that set a name statement k uses, transitively."""
+        wanted = _loads(solution[k][1]) - lesson
+        found = [j for j in range(k) if j not in taken and _stores(solution[j][1]) & wanted]
+        taken.update(found)
+        return sorted({i for j in found for i in needed(j)} | set(found))
+
+    out = []
+    for i, s in starter:
+        if not _asks(s):
+            out.append((i, s))
+            continue
+        k = binding[frozenset(_names(s))]
+        taken.add(k)
+        out += [(i, solution[j][1]) for j in needed(k)] + [(i, solution[k][1])]
+    return out
+
+
+def _stores(statement: str) -> set[str]:
+    """Every name a statement sets, in loops and branches too (not inside a function's body)."""
+    node = ast.parse(statement).body[0]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    return {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def _asks(statement: str) -> bool:
+    return bool(re.search(r"#.*\bTODO\b", statement)) or is_starter(statement)
+
+
+def _loads(statement: str) -> set[str]:
+    tree = ast.parse(statement)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _defines(statement: str) -> bool:
@@ -201,10 +261,13 @@ def exercises(nb, sol, stem: str) -> list[Exercise]:
     cells = [nbtools._source(c) for c in sol["cells"] if c["cell_type"] == "code"][1:]
     solutions = [statements(c) for c in cells]
     after = (-1, -1)
+    lesson = {n for c in nb["cells"] if c["cell_type"] == "code" for n in _defined(c)}
     for i in range(exercises_at(nb) + 1, len(nb["cells"])):
         cell = nb["cells"][i]
         source = nbtools._source(cell)
         if cell["cell_type"] != "code":
+            if NEW_EXERCISE.match(source):  # what came before belongs to the exercise before
+                pending = []
             continue
         if not CHECK_CALL.search(source):
             if is_starter(source):
@@ -215,7 +278,10 @@ def exercises(nb, sol, stem: str) -> list[Exercise]:
             pending = []
             continue
         alone = bool(pending) or not head  # the answer lives in cells before the check
-        solution, after = solution_for(solutions, check, after, alone)
+        worked, after = solution_for(solutions, check, after, alone)
+        starter = [(k, s) for k in pending for s in statements(nbtools._source(nb["cells"][k]))]
+        starter += [(i, s) for s in statements(head)] if head else []
+        solution = joined(merged(starter, worked, lesson) or worked)
         found.append(Exercise(pending, i, head, check, solution))
         pending = []
     return found
@@ -227,6 +293,39 @@ def imports(nb, sol) -> str:
     first = next(c for c in sol["cells"] if c["cell_type"] == "code")
     missing = [s for s in _imports(first) if s not in lesson]
     return "".join(f"{s}  # the worked solutions use it\n" for s in missing)
+
+
+def helpers(nb, sol) -> str:
+    """What the solutions' set-up cell defines that the lesson does not (helpers its solutions
+    call), less imports: a statement whose every name is new to the lesson."""
+    lesson = {n for c in nb["cells"] if c["cell_type"] == "code" for n in _defined(c)}
+    first = next(c for c in sol["cells"] if c["cell_type"] == "code")
+    new = [
+        s
+        for s in statements(nbtools._source(first))
+        if not s.startswith(("import ", "from ")) and (names := _names(s)) and not names & lesson
+    ]
+    return "\n\n\n".join(new)
+
+
+def _names(statement: str) -> set[str]:
+    """The names a top-level statement binds (but `_`)."""
+    node = ast.parse(statement).body[0]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    found = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return found - {"_"}
+
+
+def _defined(cell) -> set[str]:
+    source = nbtools._source(cell)
+    try:
+        return {n for s in statements(source) for n in _names(s)}
+    except SyntaxError:  # a cell of magics
+        return set()
 
 
 def _imports(cell) -> list[str]:
@@ -246,10 +345,12 @@ def assignment(nb, sol, stem: str) -> nbformat.NotebookNode:
     at = exercises_at(nb)
     graded: dict[int, list[nbformat.NotebookNode]] = {at: [out["cells"][at]]}
     graded[at].append(_cell(imports(nb, sol) + MUST_PASS, "must-pass", locked=True))
+    given = helpers(nb, sol)  # defined in the first answer, before its solution
     for n, e in enumerate(exercises(nb, sol, stem), start=1):
         starter = "\n\n\n".join([nbtools._source(nb["cells"][i]) for i in e.starters] + [e.head])
+        solution = "\n\n\n".join(s for s in (given, e.solution) if s) if n == 1 else e.solution
         answer = _cell(
-            "\n".join([SOLUTION[0], e.solution, SOLUTION[1]]), f"answer-{n}", solution=True
+            "\n".join([SOLUTION[0], solution, SOLUTION[1]]), f"answer-{n}", solution=True
         )
         answer.metadata["d2l_gpu"] = {"starter": starter.strip("\n")}
         test = _cell(

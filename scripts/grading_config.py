@@ -19,9 +19,9 @@ c.GenerateAssignment.preprocessors = [
     StarterCells if p is ClearSolutions else p
     for p in GenerateAssignment.class_traits()["preprocessors"].default()
 ]
-# lesson 6's first exercise trains eight networks in one cell: about 10 minutes on a two-core
-# CPU. A cell that runs longer than this (an answer that never ends) is stopped, and the
-# question it answers scores 0
+# lesson 6's first exercise trains eight networks in one cell, minutes on a two-core CPU (and
+# more on a slower one). A cell that runs longer than this (an answer that never ends) is
+# stopped, and the question it answers scores 0
 c.Execute.timeout = 3600
 # a test cell that a student deleted is put back (and runs), as an edited one is restored
 c.OverwriteCells.add_missing_cells = True

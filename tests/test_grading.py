@@ -10,6 +10,7 @@ never ends is stopped by the timeout and scores 0 for its question alone.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import re
@@ -61,8 +62,9 @@ def test_every_exercise_check_is_graded_once():
 
 
 def test_each_solution_is_the_solutions_notebooks():
-    """The graded solution of every answer cell is code of solutions/, statement for statement,
-    and the release's starter is the lesson's, so neither can drift from what students read."""
+    """The graded solution of every answer cell is code of solutions/ (or the starter's own
+    statements that ask for nothing), statement for statement, and the release's starter is the
+    lesson's, so neither can drift from what students read."""
     for stem in grading.lessons():
         nb = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")
         sol = nbtools.load(ROOT / "solutions" / f"{stem}.ipynb")
@@ -73,8 +75,9 @@ def test_each_solution_is_the_solutions_notebooks():
                 continue
             begin, *solution, end = cell.source.splitlines()
             assert (begin, end) == grading.SOLUTION
-            for statement in grading.statements("\n".join(solution)):
-                assert grading._bare(statement) in worked, f"{stem}: {statement[:60]!r}"
+            for statement in grading.statements("\n".join(solution)):  # or the starter's own
+                bare = grading._bare(statement)
+                assert bare in worked or bare in lesson, f"{stem}: {statement[:60]!r}"
             for part in cell.metadata["d2l_gpu"]["starter"].split("\n\n\n"):  # cells joined
                 assert grading._bare(part) in lesson, f"{stem}: {part[:60]!r}"
 
@@ -188,12 +191,15 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
     for student, nb in students.items():
         home = tmp_path / student
         home.mkdir()
-        nbgrader(home, exchange, "fetch_assignment", LESSON, f"--course={COURSE}")
+        if student in ("ada", "cleo"):  # two fetch it; the others' copy is the same notebook
+            nbgrader(home, exchange, "fetch_assignment", LESSON, f"--course={COURSE}")
+            assert nbformat.read(home / LESSON / f"{LESSON}.ipynb", 4) == fetched
+        (home / LESSON).mkdir(exist_ok=True)
         nbformat.write(nb, home / LESSON / f"{LESSON}.ipynb")
         nbgrader(home, exchange, "submit", LESSON, f"--course={COURSE}", f"--student={student}")
 
     nbgrader(course, exchange, "collect", LESSON)
-    nbgrader(course, exchange, "autograde", LESSON, "--Execute.timeout=30", timeout=600)
+    nbgrader(course, exchange, "autograde", LESSON, "--Execute.timeout=15", timeout=600)
     scores = _scores(course)
     assert scores["ada"] == [1.0, 1.0, 1.0], scores
     assert scores["bert"] == [0.0, 0.0, 0.0], scores
@@ -264,3 +270,52 @@ def test_the_chinese_course_grades_the_same_code(tmp_path):
         ]
         assert code[0] == code[1], stem
         assert "## 练习" in (zh / path).read_text(encoding="utf-8"), stem
+
+
+def test_a_worked_solution_fills_in_the_lessons_own_starter():
+    """What the starter asks for comes from the solution, with the solution's statements that
+    set what it uses (a loop included); the rest of the starter stays as the lesson wrote it."""
+    starter = [(0, "k = rank_counts[-1]"), (0, "tie = ...  # TODO: bisect"), (0, "a = 1")]
+    solution = [
+        (5, "k = 4"),  # the solution's own set-up: the lesson's k stays
+        (5, "low, high = 1.0, 9.0"),
+        (5, "for _ in range(3):\n    low = (low + high) / 2"),
+        (5, "print(low)"),
+        (5, "tie = low"),
+    ]
+    out = grading.merged(starter, solution, lesson={"rank_counts", "tie", "k", "a"})
+    assert [s for _, s in out] == [
+        "k = rank_counts[-1]",
+        "low, high = 1.0, 9.0",
+        "for _ in range(3):\n    low = (low + high) / 2",
+        "tie = low",
+        "a = 1",
+    ]
+    assert grading.merged([(0, "x = ...")], [(1, "y = 2")], lesson={"x"}) is None  # no match
+    assert grading.merged([(0, "x = 1")], solution, lesson=set()) is None  # asks for nothing
+
+
+def test_the_solutions_call_the_lessons_helpers_as_the_lesson_defines_them():
+    """A graded solution runs after the lesson's own cells, so a helper that the solutions' set-up
+    defines again (lesson 9's `block`) must take the lesson's arguments, or the solution fails
+    where a student's answer, written against the lesson, would not."""
+    for stem in grading.lessons():
+        lesson = {
+            name: args
+            for c in nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")["cells"]
+            if c["cell_type"] == "code"
+            for name, args in _functions(nbtools._source(c)).items()
+        }
+        sol = nbtools.load(ROOT / "solutions" / f"{stem}.ipynb")
+        setup = next(c for c in sol["cells"] if c["cell_type"] == "code")
+        for name, args in _functions(nbtools._source(setup)).items():
+            assert lesson.get(name, args) == args, f"solutions/{stem}.ipynb redefines {name}()"
+
+
+def _functions(source: str) -> dict[str, str]:
+    """The top-level functions a cell defines, each with its arguments (as the AST dumps them)."""
+    try:
+        body = ast.parse(grading.TransformerManager().transform_cell(source)).body
+    except SyntaxError:
+        return {}
+    return {n.name: ast.dump(n.args) for n in body if isinstance(n, ast.FunctionDef)}
