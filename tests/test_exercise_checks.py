@@ -17,7 +17,8 @@ from pathlib import Path
 import nbtools
 import pytest
 from answers import Answer, Case
-from grading import CHECK_CALL, passed  # the rule the graded course's tests apply too
+from grading import passed  # the rule the graded course's tests apply too
+from grading_code import CHECK_CALL
 from IPython.core.inputtransformer2 import TransformerManager
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,8 @@ release; four students fetch and submit; collect, autograde, generate and releas
 students fetch it. Sentinels: the worked solutions score full marks; the untouched release scores
 0 (and does not hang); a plausible wrong answer (tests/answers) loses that question's point only,
 although its student also rewrote that question's locked test and deleted another; an answer that
-never ends is stopped by the timeout and scores 0 for its question alone.
+never ends is stopped by the timeout and scores 0 for its question alone; a wrong answer that
+redefines `check` to agree passes the visible check and fails the hidden tests.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import grading
+import grading_code
 import nbformat
 import nbtools
 import pytest
@@ -68,18 +70,18 @@ def test_each_solution_is_the_solutions_notebooks():
     for stem in grading.lessons():
         nb = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")
         sol = nbtools.load(ROOT / "solutions" / f"{stem}.ipynb")
-        worked = grading._bare("".join(nbtools._source(c) for c in sol["cells"]))
-        lesson = grading._bare("".join(nbtools._source(c) for c in nb["cells"]))
+        worked = grading_code._bare("".join(nbtools._source(c) for c in sol["cells"]))
+        lesson = grading_code._bare("".join(nbtools._source(c) for c in nb["cells"]))
         for cell in grading.assignment(nb, sol, stem).cells:
             if "answer-" not in _grade_id(cell):
                 continue
             begin, *solution, end = cell.source.splitlines()
             assert (begin, end) == grading.SOLUTION
-            for statement in grading.statements("\n".join(solution)):  # or the starter's own
-                bare = grading._bare(statement)
+            for statement in grading_code.statements("\n".join(solution)):  # or the starter's own
+                bare = grading_code._bare(statement)
                 assert bare in worked or bare in lesson, f"{stem}: {statement[:60]!r}"
             for part in cell.metadata["d2l_gpu"]["starter"].split("\n\n\n"):  # cells joined
-                assert grading._bare(part) in lesson, f"{stem}: {part[:60]!r}"
+                assert grading_code._bare(part) in lesson, f"{stem}: {part[:60]!r}"
 
 
 def test_a_check_missing_from_the_solutions_is_named():
@@ -92,9 +94,9 @@ def test_a_check_missing_from_the_solutions_is_named():
 
 
 def test_a_check_that_indenting_would_change_is_refused():
-    assert grading.indented("check(x)\n") == "    check(x)\n"
+    assert grading_code.indented("check(x)\n") == "    check(x)\n"
     with pytest.raises(grading.GradingError, match="changes meaning when indented"):
-        grading.indented('check(x, """a\nb""")')
+        grading_code.indented('check(x, """a\nb""")')
 
 
 def test_the_build_names_an_unknown_lesson(tmp_path, capsys):
@@ -104,8 +106,10 @@ def test_the_build_names_an_unknown_lesson(tmp_path, capsys):
 
 
 def test_starters_are_what_students_fill_in():
-    assert grading.is_starter("x = ...  # TODO") and grading.is_starter("def f():\n    ...\n")
-    assert not grading.is_starter("if answer is ...:\n    pass\n")  # a test for an answer
+    assert grading_code.is_starter("x = ...  # TODO")
+    assert grading_code.is_starter("def f():\n    ...\n")
+    assert grading_code.is_starter("n = 2\n# TODO: a loop that fills in d\n")
+    assert not grading_code.is_starter("if answer is ...:\n    pass\n")  # a test for an answer
 
 
 def _lesson_modules(answers) -> list:
@@ -137,6 +141,9 @@ def nbgrader(cwd: Path, exchange: Path, *args: str, timeout: float = 300) -> str
     said = done.stdout + done.stderr
     assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{said[-3000:]}"
     return said
+
+
+TAMPERED = "def check(answer, test, hint):\n    print('correct')\n\n\n"  # passes anything
 
 
 def answered(release: Path, source: Path, edits: dict[str, str]) -> nbformat.NotebookNode:
@@ -174,6 +181,7 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
     starter = next(c.source for c in fetched.cells if _grade_id(c) == "answer-1")
     for old, new in wrong:
         starter = starter.replace(old, new)
+    starter_3 = next(c.source for c in fetched.cells if _grade_id(c) == "answer-3")
     students = {
         "ada": answered(release, source, {}),  # the worked solutions
         "bert": fetched,  # hands in the release untouched
@@ -186,7 +194,14 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
                 "check-3": "",  # and another deleted
             },
         ),
-        "dana": answered(release, source, {"answer-2": "while True:\n    pass"}),
+        "dana": answered(
+            release,
+            source,
+            {
+                "answer-2": "while True:\n    pass",  # never ends
+                "answer-3": TAMPERED + starter_3,  # the bug left in, and `check` made to agree
+            },
+        ),
     }
     for student, nb in students.items():
         home = tmp_path / student
@@ -204,7 +219,7 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
     assert scores["ada"] == [1.0, 1.0, 1.0], scores
     assert scores["bert"] == [0.0, 0.0, 0.0], scores
     assert scores["cleo"] == [0.0, 1.0, 1.0], scores  # the locked tests restored
-    assert scores["dana"] == [1.0, 0.0, 1.0], scores  # stopped by the timeout
+    assert scores["dana"] == [1.0, 0.0, 0.0], scores  # stopped by the timeout; hidden tests
 
     nbgrader(course, exchange, "generate_feedback", LESSON)
     nbgrader(course, exchange, "release_feedback", LESSON)
@@ -283,7 +298,7 @@ def test_a_worked_solution_fills_in_the_lessons_own_starter():
         (5, "print(low)"),
         (5, "tie = low"),
     ]
-    out = grading.merged(starter, solution, lesson={"rank_counts", "tie", "k", "a"})
+    out = grading_code.merged(starter, solution, lesson={"rank_counts", "tie", "k", "a"})
     assert [s for _, s in out] == [
         "k = rank_counts[-1]",
         "low, high = 1.0, 9.0",
@@ -291,8 +306,8 @@ def test_a_worked_solution_fills_in_the_lessons_own_starter():
         "tie = low",
         "a = 1",
     ]
-    assert grading.merged([(0, "x = ...")], [(1, "y = 2")], lesson={"x"}) is None  # no match
-    assert grading.merged([(0, "x = 1")], solution, lesson=set()) is None  # asks for nothing
+    assert grading_code.merged([(0, "x = ...")], [(1, "y = 2")], lesson={"x"}) is None  # no match
+    assert grading_code.merged([(0, "x = 1")], solution, lesson=set()) is None  # asks for nothing
 
 
 def test_the_solutions_call_the_lessons_helpers_as_the_lesson_defines_them():
@@ -315,7 +330,37 @@ def test_the_solutions_call_the_lessons_helpers_as_the_lesson_defines_them():
 def _functions(source: str) -> dict[str, str]:
     """The top-level functions a cell defines, each with its arguments (as the AST dumps them)."""
     try:
-        body = ast.parse(grading.TransformerManager().transform_cell(source)).body
+        body = ast.parse(grading_code.TransformerManager().transform_cell(source)).body
     except SyntaxError:
         return {}
     return {n.name: ast.dump(n.args) for n in body if isinstance(n, ast.FunctionDef)}
+
+
+def test_hidden_tests_catch_a_check_redefined_to_pass_anything():
+    """Lesson 2's third test cell, visible part and hidden part, run after the lesson's cells that
+    it needs: with the worked solution it passes; with `check` redefined in the answer to print
+    `correct`, the visible part passes (the answer is wrong, but the check says nothing else) and
+    the hidden part, which feeds the check a known wrong answer, fails."""
+    nb = nbtools.load(ROOT / "notebooks" / f"{LESSON}.ipynb")
+    source = grading.assignment(nb, nbtools.load(ROOT / "solutions" / f"{LESSON}.ipynb"), LESSON)
+    cells = {_grade_id(c): c.source for c in source.cells}
+    test = cells["check-3"]
+    assert grading.HIDDEN[0] in test and "moves T to the CPU instead" in test
+    context = [
+        nbtools._source(_cell_with(nb, needle))
+        for needle in ("import gc", "def other_device():", "def size_mib(")
+    ]
+    starter = next(
+        c.metadata["d2l_gpu"]["starter"] for c in source.cells if _grade_id(c) == "answer-3"
+    )
+    for answer, fails in ((cells["answer-3"], False), (TAMPERED + starter, True)):
+        names: dict = {"__name__": "__main__"}
+        for code in [*context, cells["must-pass"], answer]:
+            exec(grading_code.TransformerManager().transform_cell(code), names)  # noqa: S102
+        visible = test.split(grading.HIDDEN[0])[0]
+        exec(visible, names)  # noqa: S102 - passes both times
+        if fails:
+            with pytest.raises(AssertionError, match="passed a known wrong answer"):
+                exec(test, names)  # noqa: S102
+        else:
+            exec(test, names)  # noqa: S102
