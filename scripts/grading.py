@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import re
 import sys
 from dataclasses import dataclass
@@ -205,9 +206,8 @@ assert _said and not (
 
 def wrong_answers(stem: str) -> list:
     """The cases of tests/answers for a lesson: each a check's right and plausible wrong answer."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import importlib
-
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
     module = importlib.import_module(f"answers.l{stem[:2]}")
     return list(module.CASES) if module.NOTEBOOK == f"{stem}.ipynb" else []
 

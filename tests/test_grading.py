@@ -40,8 +40,6 @@ def graded_ids(nb, kind: str) -> list[str]:
 def test_every_exercise_check_is_graded_once():
     """Each check of tests/answers is one locked test cell of its lesson's assignment, but the
     two opted-in torch.compile exercises (grading.OPTIONAL), which are named, not graded."""
-    answers = importlib.import_module("answers")
-    by_name = {m.NOTEBOOK: m.CASES for m in _lesson_modules(answers)}
     for stem in grading.lessons():
         nb = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")
         source = grading.assignment(nb, nbtools.load(ROOT / "solutions" / f"{stem}.ipynb"), stem)
@@ -51,7 +49,7 @@ def test_every_exercise_check_is_graded_once():
         ]
         left = [k for k in grading.OPTIONAL if k[0] == stem]
         covered = set()
-        for case in by_name[f"{stem}.ipynb"]:
+        for case in grading.wrong_answers(stem):
             found = [
                 i
                 for i, (t, s) in enumerate(zip(tests, starters, strict=True))
@@ -110,13 +108,6 @@ def test_starters_are_what_students_fill_in():
     assert grading_code.is_starter("def f():\n    ...\n")
     assert grading_code.is_starter("n = 2\n# TODO: a loop that fills in d\n")
     assert not grading_code.is_starter("if answer is ...:\n    pass\n")  # a test for an answer
-
-
-def _lesson_modules(answers) -> list:
-    import pkgutil
-
-    names = [m.name for m in pkgutil.iter_modules(answers.__path__)]
-    return [importlib.import_module(f"answers.{n}") for n in names]
 
 
 def _grade_id(cell) -> str:
