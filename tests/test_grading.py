@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -121,16 +122,22 @@ def _cell_with(nb, needle: str):
 # --- the loop, end to end ---------------------------------------------------------------------
 
 
-def nbgrader(cwd: Path, exchange: Path, *args: str, timeout: float = 300) -> str:
-    """Run one nbgrader command in `cwd` against the exchange folder; return what it printed."""
+def nbgrader(exchange: Path, *commands: tuple[Path, list[str]], timeout: float = 300) -> str:
+    """Run nbgrader commands, each `(folder, arguments)`, against the exchange folder, in one
+    process (tests/nbgrader_batch.py: the same applications as the `nbgrader` command); return
+    what they printed. Each person has their own cache of what they submitted (nbgrader keeps it
+    under ~ by default)."""
+    batch = [
+        (str(cwd), [*args, f"--Exchange.root={exchange}",
+                    f"--Exchange.cache={exchange.parent / 'cache' / cwd.name}"])
+        for cwd, args in commands
+    ]  # fmt: skip
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    # each person's own cache of what they submitted (nbgrader keeps it under ~ by default)
-    cache = exchange.parent / "cache" / cwd.name
-    cmd = [sys.executable, "-m", "nbgrader", *args, f"--Exchange.root={exchange}"]
-    cmd.append(f"--Exchange.cache={cache}")
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "nbgrader_batch.py")],
+                          input=json.dumps(batch), env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
     said = done.stdout + done.stderr
-    assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{said[-3000:]}"
+    assert done.returncode == 0, f"an nbgrader command failed:\n{said[-3000:]}"
     return said
 
 
@@ -160,8 +167,11 @@ def answered(release: Path, source: Path, edits: dict[str, str]) -> nbformat.Not
 def test_the_course_loop_grades_and_gives_feedback(tmp_path):
     course, exchange = tmp_path / "course", tmp_path / "exchange"
     grading.build(course, [LESSON])
-    nbgrader(course, exchange, "generate_assignment", LESSON, "--force")
-    nbgrader(course, exchange, "release_assignment", LESSON, "--force")
+    nbgrader(
+        exchange,
+        (course, ["generate_assignment", LESSON, "--force"]),
+        (course, ["release_assignment", LESSON, "--force"]),
+    )
     release = course / "release" / LESSON / f"{LESSON}.ipynb"
     assert "BEGIN SOLUTION" not in release.read_text()
     assert "float32_mib = ...  # your number" in release.read_text()  # the lesson's own starter
@@ -189,34 +199,42 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
             release,
             source,
             {
-                "answer-2": "while True:\n    pass",  # never ends
+                "answer-2": "import time\n\nwhile True:\n    time.sleep(1)",  # never ends
                 "answer-3": TAMPERED + starter_3,  # the bug left in, and `check` made to agree
             },
         ),
     }
+    fetchers = ("ada", "cleo")  # two fetch it; the others' copy is the same notebook
+    for student in students:
+        (tmp_path / student).mkdir()
+    fetch = ["fetch_assignment", LESSON, f"--course={COURSE}"]
+    nbgrader(exchange, *[(tmp_path / student, fetch) for student in fetchers])
+    submits = []
     for student, nb in students.items():
         home = tmp_path / student
-        home.mkdir()
-        if student in ("ada", "cleo"):  # two fetch it; the others' copy is the same notebook
-            nbgrader(home, exchange, "fetch_assignment", LESSON, f"--course={COURSE}")
+        if student in fetchers:
             assert nbformat.read(home / LESSON / f"{LESSON}.ipynb", 4) == fetched
         (home / LESSON).mkdir(exist_ok=True)
         nbformat.write(nb, home / LESSON / f"{LESSON}.ipynb")
-        nbgrader(home, exchange, "submit", LESSON, f"--course={COURSE}", f"--student={student}")
+        submits.append((home, ["submit", LESSON, f"--course={COURSE}", f"--student={student}"]))
 
-    nbgrader(course, exchange, "collect", LESSON)
-    nbgrader(course, exchange, "autograde", LESSON, "--Execute.timeout=15", timeout=600)
+    nbgrader(
+        exchange,
+        *submits,
+        (course, ["collect", LESSON]),
+        (course, ["autograde", LESSON, "--Execute.timeout=15"]),
+        (course, ["generate_feedback", LESSON]),
+        (course, ["release_feedback", LESSON]),
+        (tmp_path / "cleo", ["fetch_feedback", LESSON, f"--course={COURSE}"]),
+        timeout=600,
+    )
     scores = _scores(course)
     assert scores["ada"] == [1.0, 1.0, 1.0], scores
     assert scores["bert"] == [0.0, 0.0, 0.0], scores
     assert scores["cleo"] == [0.0, 1.0, 1.0], scores  # the locked tests restored
     assert scores["dana"] == [1.0, 0.0, 0.0], scores  # stopped by the timeout; hidden tests
 
-    nbgrader(course, exchange, "generate_feedback", LESSON)
-    nbgrader(course, exchange, "release_feedback", LESSON)
-    home = tmp_path / "cleo"
-    nbgrader(home, exchange, "fetch_feedback", LESSON, f"--course={COURSE}")
-    pages = list((home / LESSON / "feedback").glob(f"*/{LESSON}.html"))
+    pages = list((tmp_path / "cleo" / LESSON / "feedback").glob(f"*/{LESSON}.html"))
     assert len(pages) == 1
     page = pages[0].read_text()
     assert re.search(r"Score:\s*2(\.0)?\s*/\s*3(\.0)?", page), "no score 2 / 3 on cleo's page"
