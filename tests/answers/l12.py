@@ -48,7 +48,31 @@ for _ in range(100):
     mid = (low * high) ** 0.5
     low, high = (mid, high) if speed_up(mid) > 1 else (low, mid)
 tie = low"""
+# links as a live measurement gave them on one machine: the speed-up falls below 1 near 0.8 GB/s
+# and rises above it again near 10 GB/s, so a bisection must bracket the first crossing
+LIVE_LINKS = """
+inside_link, between_link = AlphaBeta(182.0e-6, 2.068e9), AlphaBeta(178.2e-6, 0.013e9)
+"""
+SCAN = """grid = [10 ** (e / 10) for e in range(30, 151)]
+loses = next((i for i, b in enumerate(grid) if speed_up(b) < 1), None)
+if loses is None:
+    tie = None
+else:
+    low, high = grid[loses - 1], grid[loses]
+    for _ in range(100):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if speed_up(mid) > 1 else (low, mid)
+    tie = low"""
 TODO = "    return ...  # TODO"  # the rest of the line stays, as a comment
+
+
+def tie_case(links: str, right: tuple[str, str], wrong: tuple[str, str], why: str) -> Case:
+    """Exercise 3 on `links`: answers as (the flat ring's time, the code that finds the tie)."""
+
+    def answer(flat: str, find: str) -> Answer:
+        return Answer(code=links, replace=((TODO, SPEED_UP.format(flat=flat)), ("tie = ...", find)))
+
+    return Case("tie = ...", context=SETUP, right=answer(*right), wrong=answer(*wrong), why=why)
 
 
 def server_answers(cpu_ms: str) -> Answer:
@@ -87,19 +111,26 @@ CASES = [
         ),
         why="one message per bucket, not a two-rank ring",
     ),
-    Case(
-        cell="tie = ...",
-        context=SETUP,
-        right=Answer(
-            code=MEASURED_LINKS,
-            replace=((TODO, SPEED_UP.format(flat=FLAT)), ("tie = ...", BISECT)),
-        ),
-        wrong=Answer(
-            code=MEASURED_LINKS,
-            replace=((TODO, SPEED_UP.format(flat=ACROSS_ONLY)), ("tie = ...", BISECT)),
-        ),
-        why="the flat ring timed by the link between machines alone, although its steps wait "
+    tie_case(
+        MEASURED_LINKS,
+        (FLAT, BISECT),
+        (ACROSS_ONLY, BISECT),
+        "the flat ring timed by the link between machines alone, although its steps wait "
         "for the loopback once that link is fast",
+    ),
+    tie_case(
+        LIVE_LINKS,
+        (FLAT, SCAN),
+        (FLAT, BISECT.replace("1e6, 1e12", "1e6, 1e15")),
+        "a bisection between two bandwidths where the hierarchy wins, which lands on the "
+        "crossing where it starts to win again",
+    ),
+    tie_case(
+        LIVE_LINKS.replace("178.2e-6", "600e-6"),
+        (FLAT, SCAN),
+        (FLAT, BISECT),
+        "a bisection that takes a tie for granted: with 600 us between machines the "
+        "hierarchy wins at every bandwidth, and it returns the top of its range",
     ),
     Case(
         cell="servers_needed = ...",
