@@ -1,8 +1,8 @@
 """Keep the Chinese notebooks (notebooks/zh/, solutions/zh/) in step with their English sources.
 
-    python scripts/zh.py sync FILES | --all      # rebuild each Chinese notebook from its source
-    python scripts/zh.py check [FILES]           # exit 1 naming every cell out of step
-    python scripts/zh.py mark FILE [CELL_ID ...] # record that cells translate today's English text
+    python scripts/zh.py sync [--drop] FILES | --all      # rebuild each from its English source
+    python scripts/zh.py check [FILES]                    # exit 1 naming every cell out of step
+    python scripts/zh.py mark [--force] FILE [CELL_ID ...] # cells translate today's English text
 
 The English notebook of notebooks/zh/NN-x.ipynb is notebooks/NN-x.ipynb (solutions alike). Sync
 copies every code cell (source, outputs, execution count, metadata) and the notebook metadata
@@ -11,10 +11,15 @@ holds a translation of the same English cell (matched by the English cell's id),
 the English text under a "待翻译" marker. Each translated cell records in its metadata which
 English cell, and which version of its text, it translates:
 
-    metadata.d2l_gpu.zh = {"source_id": ID, "source_sha256": SHA-256 of the English source}
+    metadata.d2l_gpu.zh = {"source_id": ID, "source_sha256": SHA-256 of the English source,
+                           "source_text": the English source, "zh_sha256": SHA-256 of the Chinese}
 
 `mark` writes that record after a translation is written or brought up to date; `check` reports
-a translation whose English cell changed since (stale). A Chinese-only markdown cell (set-up
+a translation whose English cell changed since (stale), with what changed in the English. `mark`
+refuses a stale cell whose Chinese is the text it marked last time (the English changed, the
+translation did not), unless --force says that the English change needs none. `sync` refuses to
+drop the translation of an English cell that is gone (deleted, or given a new id) and names it,
+unless --drop says to. A Chinese-only markdown cell (set-up
 notes for students in China) carries {"zh_only": true}; sync keeps it after the English cell it
 followed. Untranslated cells are allowed only in the notebooks listed in IN_PROGRESS.
 """
@@ -37,9 +42,6 @@ ZH_DIRS = ("notebooks/zh", "solutions/zh")
 IN_PROGRESS: set[str] = set()
 PENDING_MARK = "> **待翻译 (awaiting translation)**：本单元仍是英文原文。"
 PENDING_HINT = "译好后运行 `python scripts/zh.py mark {file} {id}`。\n\n"
-_IMAGE_RE = re.compile(
-    r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img[^>]*\ssrc=\"([^\"]+)\""
-)
 _LINK_UP_RE = re.compile(r"(\]\(\s*<?|\ssrc=\")\.\./")
 
 
@@ -114,6 +116,18 @@ def is_pending(cell) -> bool:
     return bool(record(cell).get("pending"))
 
 
+def dropped(en: dict, old: dict | None) -> list[str]:
+    """The translations in `old` whose English cell `en` no longer has: 'id (first line)'."""
+    en_ids = {c["id"] for c in en["cells"]}
+    return [
+        f"{rec['source_id']} ({nbtools.first_line(cell)!r})"
+        for cell in (old["cells"] if old else [])
+        if (rec := record(cell)).get("source_id") not in (None, *en_ids)
+        and not rec.get("zh_only")
+        and not rec.get("pending")
+    ]
+
+
 def build(en: dict, old: dict | None, zh_path) -> dict:
     """The Chinese notebook rebuilt from English `en`, keeping the translations in `old`."""
     en_ids = {c["id"] for c in en["cells"]}
@@ -160,8 +174,9 @@ def render(nb: dict) -> str:
     return nbtools.dumps(tidied)
 
 
-def sync_file(zh_path) -> bool:
-    """Rebuild the Chinese notebook `zh_path` from its English source; True if it changed."""
+def sync_file(zh_path, drop: bool = False) -> bool:
+    """Rebuild the Chinese notebook `zh_path` from its English source; True if it changed. A
+    translation whose English cell is gone is dropped only with `drop`; else ZhError names it."""
     zh_path = Path(zh_path)
     en_path = english_path(zh_path)
     if not en_path.exists():
@@ -170,6 +185,13 @@ def sync_file(zh_path) -> bool:
         )
     en = _load(en_path, "English")
     old = _load(zh_path, "Chinese") if zh_path.exists() else None
+    lost = dropped(en, old)
+    if lost and not drop:
+        raise ZhError(
+            f"{zh_path}: sync would drop {len(lost)} translation(s) whose English cell is gone: "
+            f"{', '.join(lost)}; if an English cell only got a new id, give its translation the "
+            "new id (cell id and source_id) and sync again, else run sync --drop"
+        )
     new = render(build(en, old, zh_path))
     if zh_path.exists() and zh_path.read_text(encoding="utf-8") == new:
         return False
@@ -178,8 +200,23 @@ def sync_file(zh_path) -> bool:
     return True
 
 
-def mark_file(zh_path, ids: list[str]) -> list[str]:
-    """Record that cells `ids` translate today's English (no ids: edited cells awaiting mark)."""
+def marked(old: dict, english: str, chinese: str, force: bool, what: str) -> dict:
+    """The record of a translation `chinese` of `english`, marked today. Refused (ZhError, the
+    sentence begins with `what`) where the English changed since the `old` record but the
+    Chinese did not, unless `force` says that the English change needs none."""
+    stale = old.get("source_sha256") not in (None, sha256(english))
+    if stale and old.get("zh_sha256") == sha256(chinese) and not force:
+        raise ZhError(
+            f"{what} changed since it was marked, but the Chinese did not (python scripts/zh.py "
+            "check shows what changed): update it, or mark --force if the English change needs "
+            "none"
+        )
+    return {"source_sha256": sha256(english), "source_text": english, "zh_sha256": sha256(chinese)}
+
+
+def mark_file(zh_path, ids: list[str], force: bool = False) -> list[str]:
+    """Record that cells `ids` translate today's English (no ids: edited cells awaiting mark).
+    A stale cell whose Chinese did not change since its last mark is refused unless `force`."""
     zh_path = Path(zh_path)
     en = {c["id"]: c for c in _load(english_path(zh_path), "English")["cells"]}
     nb = _load(zh_path, "Chinese")
@@ -199,112 +236,13 @@ def mark_file(zh_path, ids: list[str]) -> list[str]:
                 f"{zh_path}: cell {cell_id} still holds the English text under the 待翻译 marker; "
                 "translate it (and delete the marker line) before marking it"
             )
-        _zh_meta(cell, {"source_id": cell_id, "source_sha256": sha256(source(en[cell_id]))})
+        rec = marked(record(cell), source(en[cell_id]), source(cell), force,
+                     f"{zh_path}: cell {cell_id}: its English")  # fmt: skip
+        _zh_meta(cell, {"source_id": cell_id, **rec})
     text = render(nb)
     if text != zh_path.read_text(encoding="utf-8"):
         write_atomic(zh_path, text)
     return ids
-
-
-def _where(i: int, cell) -> str:
-    return f"cell {i} (id {cell.get('id')}, {nbtools.first_line(cell)!r})"
-
-
-def image_problems(nb: dict, folder: Path) -> list[str]:
-    """Each markdown image link of `nb` that is relative and names no file under `folder`."""
-    out = []
-    for i, cell in enumerate(nb["cells"]):
-        if cell.get("cell_type") != "markdown":
-            continue
-        for m in _IMAGE_RE.finditer(source(cell)):
-            link = (m.group(1) or m.group(2)).split("#")[0]
-            if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^/", link) or not link:
-                continue  # a URL (http:, data:, attachment:) or an absolute path
-            if not (folder / link).is_file():
-                out.append(
-                    f"{_where(i, cell)}: image link {link} names no file; "
-                    "from zh/ it is ../../img/NAME"
-                )
-    return out
-
-
-def check_file(zh_path, in_progress: set[str] | None = None) -> list[str]:
-    """Every way the Chinese notebook `zh_path` is out of step with its English source."""
-    zh_path = Path(zh_path)
-    in_progress = IN_PROGRESS if in_progress is None else in_progress
-    try:
-        en_path = english_path(zh_path)
-        en = _load(en_path, "English")
-        zh = _load(zh_path, "Chinese")
-    except ZhError as e:
-        return [str(e).removeprefix(f"{zh_path}: ")]
-    out = []
-    en_cells = {c.get("id"): (i, c) for i, c in enumerate(en["cells"])}
-    zh_cells, seen = [], []
-    for i, cell in enumerate(zh["cells"]):
-        if record(cell).get("zh_only"):
-            if cell.get("cell_type") != "markdown":
-                out.append(f"{_where(i, cell)}: a Chinese-only cell must be markdown, not code")
-            continue
-        if cell.get("id") not in en_cells:
-            out.append(f"{_where(i, cell)}: extra cell, no English cell has its id; run sync")
-            continue
-        zh_cells.append((i, cell))
-        seen.append(cell["id"])
-    for cell_id, (j, en_cell) in en_cells.items():
-        if cell_id not in seen:
-            out.append(
-                f"English cell {j} (id {cell_id}, {nbtools.first_line(en_cell)!r}) is missing; "
-                "run sync"
-            )
-    if seen != [c for c in en_cells if c in seen]:
-        out.append("cells are not in the English order; run sync")
-    if zh.get("metadata") != en.get("metadata"):
-        out.append("notebook metadata (the execution record) differs from the English; run sync")
-    allowed = rel(zh_path) in in_progress
-    pending = []
-    for i, cell in zh_cells:
-        en_cell = en_cells[cell["id"]][1]
-        where = _where(i, cell)
-        if en_cell.get("cell_type") == "code" or cell.get("cell_type") == "code":
-            for key in ("cell_type", "source", "outputs", "execution_count", "metadata"):
-                if key == "source" and source(cell) == source(en_cell):
-                    continue
-                if cell.get(key) != en_cell.get(key):
-                    out.append(
-                        f"{where}: code cell's {key} differs from the English cell; run sync"
-                    )
-            continue
-        rec = record(cell)
-        if cell.get("cell_type") != en_cell.get("cell_type"):
-            out.append(
-                f"{where}: {cell.get('cell_type')} cell for a "
-                f"{en_cell.get('cell_type')} cell; run sync"
-            )
-        if rec.get("source_id") != cell["id"]:
-            out.append(f"{where}: no record of the English cell it translates; run sync, then mark")
-        elif rec.get("pending"):
-            pending.append(cell["id"])
-        elif rec.get("source_sha256") != sha256(source(en_cell)):
-            out.append(
-                f"{where}: stale, English cell {cell['id']} changed after it was translated; "
-                f"update the Chinese, then: python scripts/zh.py mark {rel(zh_path)} {cell['id']}"
-            )
-    if pending and not allowed:
-        out.append(
-            f"{len(pending)} cell(s) await translation ({', '.join(pending)}), and the notebook "
-            "is not listed in IN_PROGRESS in scripts/zh.py: translate them and run mark"
-        )
-    out += image_problems(zh, zh_path.parent)
-    if not out:
-        try:
-            if render(build(en, zh, zh_path)) != zh_path.read_text(encoding="utf-8"):
-                out.append(
-                    "not in the form sync writes; run: python scripts/zh.py sync " + rel(zh_path)
-                )
-        except Exception as e:  # noqa: BLE001 - a shape no check foresaw: report it
-            out.append(f"cannot be rebuilt ({type(e).__name__}: {e})")
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,17 +251,28 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 2
     cmd, args = argv[0], argv[1:]
+    flag = {"sync": "--drop", "mark": "--force"}.get(cmd)
+    forced = flag in args
+    args = [a for a in args if a != flag]
     if cmd == "mark":
         if not args:
             print("mark needs a Chinese notebook: python scripts/zh.py mark FILE [CELL_ID ...]")
             return 2
+        import zh_docs  # the Chinese documents (docs/zh/*.md): one record per document
+
         try:
-            done = mark_file(args[0], args[1:])
+            if args[0].endswith(".md"):
+                zh_docs.mark_doc(args[0], force=forced)
+                print(f"{args[0]}: marked as in step with {zh_docs.DOCS[zh_docs.rel_doc(args[0])]}")
+                return 0
+            done = mark_file(args[0], args[1:], force=forced)
         except ZhError as e:
             print(f"not marked: {e}")
             return 1
         print(f"{args[0]}: marked {len(done)} cell(s) as translating today's English text")
         return 0
+    import zh_check  # what `check` looks at
+
     files = all_zh_files() if cmd == "check" and not args or args == ["--all"] else args
     if not files:
         print("sync needs files, or --all for every notebook under notebooks/zh and solutions/zh")
@@ -332,12 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         if cmd == "sync":
             try:
-                print(f"{'synced' if sync_file(f) else 'unchanged'}: {f}")
+                print(f"{'synced' if sync_file(f, drop=forced) else 'unchanged'}: {f}")
             except (ZhError, OSError) as e:
                 bad += 1
                 print(f"not synced: {e}")
             continue
-        found = check_file(f)
+        found = zh_check.check_file(f)
         bad += bool(found)
         for p in found:
             print(f"{rel(f)}: {p}")
@@ -345,8 +294,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rel(f)}: in progress (IN_PROGRESS): untranslated cells allowed")
     if cmd == "check":
         print(f"{len(files) - bad}/{len(files)} Chinese notebooks in step with their English")
+    if cmd == "check" and not args:
+        import zh_docs
+
+        try:
+            found = zh_docs.check_docs()
+        except ZhError as e:
+            found = [str(e)]
+        print(*found, sep="\n") if found else print("the Chinese documents are in step too")
+        bad += bool(found)
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import zh  # this file again, as the module zh_check and zh_docs import: one ZhError for all
+
+    sys.exit(zh.main())

@@ -17,6 +17,7 @@ import sys
 import nbtools
 import pytest
 import zh
+import zh_check
 from conftest import ROOT
 
 ZH_FILES = zh.all_zh_files()
@@ -45,7 +46,7 @@ def test_code_and_outputs_identical_to_english(path):
 
 @pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
 def test_in_step_with_english(path):
-    assert zh.check_file(path) == []
+    assert zh_check.check_file(path) == []
 
 
 @pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
@@ -59,6 +60,7 @@ def test_every_markdown_cell_records_its_english_cell(path):
         if zh.rel(path) not in zh.IN_PROGRESS:
             assert not rec.get("pending"), f"{cell['id']} awaits translation"
             assert rec["source_sha256"] == zh.sha256(zh.source(en[cell["id"]])), cell["id"]
+            assert rec["source_text"] == zh.source(en[cell["id"]]), cell["id"]  # for the diff
 
 
 @pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
@@ -140,7 +142,7 @@ def pair(tmp_path):
     zh_path = tmp_path / "notebooks" / "zh" / "00-sample.ipynb"
     assert zh.sync_file(zh_path) is True
     translate(zh_path, CHINESE)
-    assert zh.check_file(zh_path) == []
+    assert zh_check.check_file(zh_path) == []
     return en_path, zh_path
 
 
@@ -173,10 +175,10 @@ def test_sync_of_a_new_notebook_marks_every_markdown_cell_as_awaiting(tmp_path):
     title = cell(nb, "title")
     assert zh.source(title).startswith(zh.PENDING_MARK)
     assert "](../../img/devices.svg)" in zh.source(title)  # one folder deeper, so it resolves
-    found = zh.check_file(zh_path, in_progress=set())
+    found = zh_check.check_file(zh_path, in_progress=set())
     assert len(found) == 1 and "await translation (title, prose)" in found[0]
     assert "IN_PROGRESS" in found[0]
-    assert zh.check_file(zh_path, in_progress={"notebooks/zh/00-sample.ipynb"}) == []
+    assert zh_check.check_file(zh_path, in_progress={"notebooks/zh/00-sample.ipynb"}) == []
     with pytest.raises(zh.ZhError, match="still holds the English text"):
         zh.mark_file(zh_path, ["title"])
 
@@ -187,36 +189,69 @@ def test_editing_an_english_markdown_cell_alone_makes_the_translation_stale(pair
         en_path,
         lambda nb: cell(nb, "prose").update(source="The CPU is one device, however many cores."),
     )
-    found = zh.check_file(zh_path)
+    found = zh_check.check_file(zh_path)
     assert len(found) == 1 and "id prose" in found[0] and "stale" in found[0]
     assert zh.sync_file(zh_path) is False  # sync keeps the translation, and it stays stale
-    assert zh.check_file(zh_path) == found
+    assert zh_check.check_file(zh_path) == found
     translate(zh_path, {"prose": "无论有多少个核，CPU 都是一个设备。"})
-    assert zh.check_file(zh_path) == []
+    assert zh_check.check_file(zh_path) == []
+
+
+def test_a_stale_cell_is_shown_with_what_changed_in_the_english(pair):
+    en_path, zh_path = pair
+    edit(en_path, lambda nb: cell(nb, "prose").update(source="The CPU is one device, always."))
+    (found,) = zh_check.check_file(zh_path)
+    assert "\n      -The CPU is **one** device." in found
+    assert "\n      +The CPU is one device, always." in found
+
+
+def test_mark_refuses_a_stale_cell_whose_chinese_did_not_change(pair):
+    en_path, zh_path = pair
+    edit(en_path, lambda nb: cell(nb, "prose").update(source="The CPU is one device, always."))
+    with pytest.raises(
+        zh.ZhError, match="cell prose: its English changed .* but the Chinese did not"
+    ):
+        zh.mark_file(zh_path, ["prose"])
+    assert len(zh_check.check_file(zh_path)) == 1  # still stale: nothing was written
+    assert zh.main(["mark", "--force", str(zh_path), "prose"]) == 0  # the English change needs none
+    assert zh_check.check_file(zh_path) == []
+    assert zh.mark_file(zh_path, ["prose"]) == ["prose"]  # in step: marking again is harmless
+
+
+def test_sync_refuses_to_drop_a_translation_whose_english_cell_is_gone(pair, capsys):
+    en_path, zh_path = pair
+    before = zh_path.read_text(encoding="utf-8")
+    edit(en_path, lambda nb: cell(nb, "prose").update(id="prose-2"))  # a new id, as an editor may
+    with pytest.raises(zh.ZhError, match=r"drop 1 translation\(s\).*: prose \('CPU 是"):
+        zh.sync_file(zh_path)
+    assert zh_path.read_text(encoding="utf-8") == before  # nothing lost
+    assert zh.main(["sync", str(zh_path)]) == 1 and "sync --drop" in capsys.readouterr().out
+    assert zh.main(["sync", "--drop", str(zh_path)]) == 0
+    assert zh.is_pending(cell(nbtools.load(zh_path), "prose-2"))
 
 
 def test_editing_a_code_cell_in_the_chinese_copy_fails(pair):
     _, zh_path = pair
     edit(zh_path, lambda nb: cell(nb, "code1").update(source="print(1 + 2)"))
-    found = zh.check_file(zh_path)
+    found = zh_check.check_file(zh_path)
     assert any("id code1" in p and "source differs" in p for p in found), found
     zh.sync_file(zh_path)
-    assert zh.check_file(zh_path) == []
+    assert zh_check.check_file(zh_path) == []
 
 
 def test_changing_an_output_in_the_chinese_copy_fails(pair):
     _, zh_path = pair
     edit(zh_path, lambda nb: cell(nb, "code2")["outputs"][0].update(text=["中央处理器\n"]))
-    found = zh.check_file(zh_path)
+    found = zh_check.check_file(zh_path)
     assert any("id code2" in p and "outputs differs" in p for p in found), found
 
 
 def test_a_changed_english_code_cell_fails_until_sync_copies_it(pair):
     en_path, zh_path = pair
     edit(en_path, lambda nb: cell(nb, "code2")["outputs"][0].update(text=["CPU\n"]))
-    assert any("id code2" in p for p in zh.check_file(zh_path))
+    assert any("id code2" in p for p in zh_check.check_file(zh_path))
     assert zh.sync_file(zh_path) is True
-    assert zh.check_file(zh_path) == []
+    assert zh_check.check_file(zh_path) == []
     assert zh.source(cell(nbtools.load(zh_path), "prose")) == CHINESE["prose"]
 
 
@@ -224,7 +259,7 @@ def test_a_changed_english_code_cell_fails_until_sync_copies_it(pair):
 def test_a_missing_cell_fails(pair, cell_id):
     _, zh_path = pair
     edit(zh_path, lambda nb: nb["cells"].remove(cell(nb, cell_id)))
-    found = zh.check_file(zh_path)
+    found = zh_check.check_file(zh_path)
     assert any(f"id {cell_id}" in p and "missing" in p for p in found), found
 
 
@@ -232,13 +267,13 @@ def test_an_extra_cell_fails(pair):
     _, zh_path = pair
     extra = {"cell_type": "markdown", "id": "extra", "metadata": {}, "source": "多出来的一段"}
     edit(zh_path, lambda nb: nb["cells"].insert(2, extra))
-    assert any("id extra" in p and "extra cell" in p for p in zh.check_file(zh_path))
+    assert any("id extra" in p and "extra cell" in p for p in zh_check.check_file(zh_path))
 
 
 def test_cells_out_of_order_fail(pair):
     _, zh_path = pair
     edit(zh_path, lambda nb: nb["cells"].reverse())
-    assert any("order" in p for p in zh.check_file(zh_path))
+    assert any("order" in p for p in zh_check.check_file(zh_path))
 
 
 def test_a_chinese_only_cell_is_allowed_and_kept_by_sync(pair):
@@ -251,10 +286,10 @@ def test_a_chinese_only_cell_is_allowed_and_kept_by_sync(pair):
     }
     edit(zh_path, lambda nb: nb["cells"].insert(2, note))
     zh.sync_file(zh_path)
-    assert zh.check_file(zh_path) == []
+    assert zh_check.check_file(zh_path) == []
     edit(en_path, lambda nb: cell(nb, "code1")["outputs"][0].update(text=["two\n"]))
     zh.sync_file(zh_path)
-    assert zh.check_file(zh_path) == []
+    assert zh_check.check_file(zh_path) == []
     ids = [c["id"] for c in nbtools.load(zh_path)["cells"]]
     assert ids == ["title", "code1", "zh-setup", "prose", "code2"]
     en, nb = nbtools.load(en_path), nbtools.load(zh_path)
@@ -272,7 +307,7 @@ def test_a_chinese_only_code_cell_fails(pair):
         "outputs": [],
     }
     edit(zh_path, lambda nb: nb["cells"].append(extra))
-    assert any("id zh-code" in p and "must be markdown" in p for p in zh.check_file(zh_path))
+    assert any("id zh-code" in p and "must be markdown" in p for p in zh_check.check_file(zh_path))
 
 
 def test_an_image_link_that_names_no_file_fails(pair):
@@ -280,14 +315,14 @@ def test_an_image_link_that_names_no_file_fails(pair):
     wrong = "# 1. 设备\n\n![设备](../img/devices.svg)"  # the English link, one folder too shallow
     edit(zh_path, lambda nb: cell(nb, "title").update(source=wrong))
     zh.mark_file(zh_path, ["title"])
-    found = zh.check_file(zh_path)
+    found = zh_check.check_file(zh_path)
     assert len(found) == 1 and "id title" in found[0] and "../img/devices.svg" in found[0]
 
 
 def test_a_translation_without_its_record_fails(pair):
     _, zh_path = pair
     edit(zh_path, lambda nb: cell(nb, "prose")["metadata"].pop("d2l_gpu"))
-    assert any("id prose" in p and "no record" in p for p in zh.check_file(zh_path))
+    assert any("id prose" in p and "no record" in p for p in zh_check.check_file(zh_path))
 
 
 def test_the_command_line_names_the_file_and_exits_1(pair):
@@ -326,7 +361,7 @@ def test_real_notebook_editing_one_english_markdown_cell_alone_fails(path, tmp_p
         pytest.skip("no translated cell yet")
     victim = translated[len(translated) // 2]
     edit(en_path, lambda en: cell(en, victim)["source"].append("\nOne more English sentence."))
-    found = zh.check_file(copied)
+    found = zh_check.check_file(copied)
     assert any(f"id {victim}" in p and "stale" in p for p in found), found
 
 
@@ -338,11 +373,11 @@ def test_real_notebook_changing_code_or_output_fails(path, tmp_path):
     with_output = [c for c in original["cells"] if c["cell_type"] == "code" and c["outputs"]]
     victim = with_output[0]["id"]
     edit(copied, lambda nb: cell(nb, victim)["source"].append("\n# 注释"))
-    assert any(f"id {victim}" in p and "source differs" in p for p in zh.check_file(copied))
+    assert any(f"id {victim}" in p and "source differs" in p for p in zh_check.check_file(copied))
     copied.write_text(text, encoding="utf-8")
     out = cell(original, victim)["outputs"][0]
     edit(copied, lambda nb: cell(nb, victim)["outputs"].append(out))
-    assert any(f"id {victim}" in p and "outputs differs" in p for p in zh.check_file(copied))
+    assert any(f"id {victim}" in p and "outputs differs" in p for p in zh_check.check_file(copied))
 
 
 def test_chinese_readme_and_glossary_links_resolve():
