@@ -14,10 +14,21 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUSY = "while True: pass"
+REPORT = ROOT / "build" / "junit-slow.xml"  # this run's cells, for the seconds per notebook
+
+
+def seconds_per_notebook(report: Path) -> list[str]:
+    """One line per notebook of a pytest JUnit report: its cells' seconds, the longest first."""
+    seconds: Counter[str] = Counter()
+    for case in ET.parse(report).iter("testcase"):
+        seconds[case.get("classname", "?").replace(".", "/", 1)] += float(case.get("time", 0))
+    return [f"{s:8.1f} s  {name}" for name, s in seconds.most_common()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cmd = [taskset, "-c", "0", sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env"]
         cmd += ["--nbval-sanitize-with", "nbval_sanitize.cfg", "-p", "no:cacheprovider", *notebooks]
+        REPORT.parent.mkdir(exist_ok=True)
+        REPORT.unlink(missing_ok=True)
+        cmd += ["--junitxml", str(REPORT)]
         print("slow machine: CPU 0 only, shared with a busy loop:", " ".join(notebooks), flush=True)
-        return subprocess.call(cmd, cwd=ROOT)
+        status = subprocess.call(cmd, cwd=ROOT)
+        if REPORT.is_file():
+            print("seconds per notebook on the slow machine:", *seconds_per_notebook(REPORT),
+                  sep="\n")  # fmt: skip
+        return status
     finally:
         busy.kill()
         busy.wait()
