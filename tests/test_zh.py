@@ -385,3 +385,62 @@ def test_chinese_readme_and_glossary_links_resolve():
         for link in re.findall(r"\]\(([^)#\s]+)", doc.read_text(encoding="utf-8")):
             if not re.match(r"^[a-z]+:", link):
                 assert (doc.parent / link).exists(), f"{doc.name}: {link}"
+
+
+# --- the glossary, enforced -----------------------------------------------------------------------
+
+
+def banned_variants() -> list[str]:
+    """The regular expressions of the glossary's table of variants not to use (不用的写法)."""
+    text = (ROOT / "docs" / "zh" / "glossary.md").read_text(encoding="utf-8")
+    section = text.split("## 不用的写法", 1)[1].split("\n## ", 1)[0]
+    rows = [re.match(r"\| (`+) ?(.+?) ?\1 \|", line) for line in section.splitlines()]
+    return [row.group(2).replace("\\|", "|") for row in rows if row]
+
+
+def variants_in(texts: dict[str, str], patterns: list[str]) -> list[str]:
+    """Each use of a banned variant in `texts` (where -> text): where, and the words around it."""
+    return [
+        f"{where}: {m.group(0)!r} in ...{text[max(0, m.start() - 10) : m.end() + 10]}..."
+        for pattern in patterns
+        for where, text in texts.items()
+        for m in re.finditer(pattern, text)
+    ]
+
+
+def chinese_texts() -> dict[str, str]:
+    """The Chinese prose: every Chinese notebook's markdown cells, docs/zh/ but the glossary."""
+    texts = {
+        f"{zh.rel(path)} cell {c['id']}": zh.source(c)
+        for path in ZH_FILES
+        for c in nbtools.load(path)["cells"]
+        if c["cell_type"] == "markdown"
+    }
+    for doc in sorted((ROOT / "docs" / "zh").glob("*.md")):
+        if doc.name != "glossary.md":
+            texts[f"docs/zh/{doc.name}"] = doc.read_text(encoding="utf-8")
+    return texts
+
+
+def test_the_glossary_lists_the_variants_it_bans():
+    assert {"微批次", "归约", "个 ?GPU"} <= set(banned_variants())
+    for pattern in banned_variants():
+        re.compile(pattern)  # each one a valid regular expression
+
+
+def test_no_chinese_text_uses_a_variant_the_glossary_bans():
+    assert variants_in(chinese_texts(), banned_variants()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("流水线把小批量切成 4 个微批次。", ["微批次"]),
+        ("两个 GPU 之间，每个GPU 一个进程。", ["个 GPU", "个GPU"]),
+        ("上面的单元把每种大小再测一次；nn.Sequential 的每个单元各算一次。", ["上面的单元"]),
+        ("上面的单元格、四块 GPU、微批量、全规约：都按术语表。", []),
+    ],
+)
+def test_a_banned_variant_is_found_and_named(text, found):
+    said = variants_in({"lesson": text}, banned_variants())
+    assert [s.split("'")[1] for s in said] == found
