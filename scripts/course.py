@@ -5,6 +5,7 @@
 setup         create .venv and install the learners' lock and the package
 setup-dev     setup, then the maintainers' lock (tests, lint, nbval)
 lessons       execute every lesson headless into build/lessons/ and print the table
+              (D2L_GPU_LANG=zh: the Chinese lessons, into build/lessons/zh/)
 test          unit tests and strict nbval over every lesson and solution, on every core
 test-other-cpu  the unit tests and the notebooks that start no processes, with an older CPU's
               kernels (AVX2, or none) and one thread a process; with test-slow: all of `test`
@@ -136,6 +137,18 @@ class CourseError(Exception):
     """A command that cannot go on, said in one sentence."""
 
 
+def _edition() -> str:
+    """The lessons' edition that D2L_GPU_LANG names (scripts/lab.py), or CourseError."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    from lab import edition
+
+    try:
+        return edition()
+    except ValueError as e:
+        raise CourseError(str(e)) from None
+
+
 def venv_python(venv: Path, windows: bool | None = None) -> Path:
     """The Python inside the virtual environment `venv`, on this or the named platform."""
     windows = os.name == "nt" if windows is None else windows
@@ -193,8 +206,10 @@ class Course:
             (self.venv / stamp).touch()
 
     def lessons(self) -> None:
+        """Every lesson of the edition D2L_GPU_LANG names (zh: the Chinese ones), headless."""
+        lang = _edition()
         self.setup()
-        self.run(self.py, "scripts/run_lessons.py", "--markdown")
+        self.run(self.py, "scripts/run_lessons.py", "--markdown", "--lang", lang)
 
     def _pytest(self, *args: str, env: dict | None = None) -> None:
         """pytest over `args` on every core: one worker per core, a file or notebook at a time;
@@ -266,6 +281,7 @@ class Course:
                  env={**TEST_MALLOC, **_said(other_cpu_env())})  # fmt: skip
 
     def lab(self) -> None:
+        _edition()  # a wrong D2L_GPU_LANG is said before anything is installed
         self.setup()
         self.run(self.py, "scripts/lab.py")
 

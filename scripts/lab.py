@@ -1,6 +1,7 @@
 """JupyterLab on the lessons, as `make lab` starts it and as the browser test serves them.
 
     python scripts/lab.py [--port N] [JUPYTERLAB OPTIONS ...]
+    D2L_GPU_LANG=zh python scripts/lab.py      # the file browser on the Chinese lessons
 
 The server's root is the project folder (not notebooks/), so that the lessons' diagrams, linked as
 `../img/*.svg`, load; the file browser opens in notebooks/. Training curves redraw live
@@ -15,12 +16,25 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LESSONS = {"en": "notebooks", "zh": "notebooks/zh"}  # each edition's lessons (D2L_GPU_LANG)
 
 
-def lab_command(root: Path, *options: str) -> list[str]:
-    """The command that serves the project folder `root` (notebooks/ and img/ inside it)."""
+def edition(env: dict | None = None) -> str:
+    """The edition D2L_GPU_LANG names ("en" where unset), or ValueError in a sentence."""
+    lang = (os.environ if env is None else env).get("D2L_GPU_LANG", "").strip() or "en"
+    if lang not in LESSONS:
+        raise ValueError(
+            f"D2L_GPU_LANG={lang}: the lessons exist in {' and '.join(LESSONS)}; set it to one "
+            "of them (zh: the Chinese lessons), or leave it unset for English"
+        )
+    return lang
+
+
+def lab_command(root: Path, *options: str, lang: str = "en") -> list[str]:
+    """The command that serves the project folder `root` (notebooks/ and img/ inside it), its
+    file browser open on the lessons of the edition `lang` (zh: notebooks/zh/)."""
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={Path(root).resolve()}"]
-    cmd += ["--LabApp.default_url=/lab/tree/notebooks"]
+    cmd += [f"--LabApp.default_url=/lab/tree/{LESSONS[lang]}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return cmd + list(options)
@@ -35,7 +49,12 @@ def lab_env(env: dict | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cmd = lab_command(ROOT, *(sys.argv[1:] if argv is None else argv))
+    try:
+        lang = edition()
+    except ValueError as e:
+        print(f"lab: {e}", file=sys.stderr)
+        return 2
+    cmd = lab_command(ROOT, *(sys.argv[1:] if argv is None else argv), lang=lang)
     if "--allow-root" in cmd:
         print("lab: running as root, so JupyterLab is started with --allow-root", file=sys.stderr)
     os.execve(cmd[0], cmd, lab_env())  # JupyterLab takes over this process (Ctrl-C stops it)

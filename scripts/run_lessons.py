@@ -54,12 +54,13 @@ from d2l_gpu._checks import count_arg  # noqa: E402
 from d2l_gpu._fs import write_atomic  # noqa: E402
 
 OUT = ROOT / "build" / "lessons"
+LESSONS = {"en": "notebooks", "zh": "notebooks/zh"}  # each edition's lessons (--lang)
 OTHER_LIMIT = 0.1  # other processes may keep at most a tenth of the cores busy
 
 
-def default_notebooks() -> list[Path]:
-    """Numbered lessons in order; an index notebook only if it has code."""
-    found = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+def default_notebooks(lang: str = "en") -> list[Path]:
+    """Numbered lessons of the edition `lang` in order; an index notebook only if it has code."""
+    found = sorted((ROOT / LESSONS[lang]).glob("[0-9][0-9]-*.ipynb"))
     return [p for p in found if not p.name.startswith("00-") or _has_code(p)]
 
 
@@ -171,8 +172,10 @@ def look_before() -> dict:
     return {"load": load_averages(), "other_cores": meter.stop()}
 
 
-def run_one(path: Path, timeout: int, inplace: bool, force_load: bool = False) -> dict:
-    """Execute one notebook; return its summary row."""
+def run_one(
+    path: Path, timeout: int, inplace: bool, force_load: bool = False, out: Path = OUT
+) -> dict:
+    """Execute one notebook (its executed copy into `out` unless in place); return its row."""
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # noqa: BLE001 - not JSON, not a notebook: a FAILED row, the rest go on
@@ -230,7 +233,7 @@ def run_one(path: Path, timeout: int, inplace: bool, force_load: bool = False) -
                 "which the record shows)"
             )
     text = dumps(tidy(nb))
-    target = path if inplace and error is None else OUT / path.name
+    target = path if inplace and error is None else out / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, text)  # over a lesson with --inplace: never half-written
     return {
@@ -299,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inplace", action="store_true", help="write back over the sources")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--profile", choices=["quick", "full", "auto"])
+    parser.add_argument(
+        "--lang", choices=sorted(LESSONS), default="en", help="whose lessons, without NB"
+    )
     parser.add_argument("--timeout", type=count_arg, default=600, help="seconds per cell")
     parser.add_argument(
         "--force-load",
@@ -323,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
-    paths = [p.resolve() for p in args.notebooks] or default_notebooks()
+    paths = [p.resolve() for p in args.notebooks] or default_notebooks(args.lang)
+    out = OUT if args.lang == "en" else OUT / args.lang  # the Chinese copies beside the English
     if not paths:
         print("no lesson notebooks found")
         return 0
@@ -335,15 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for path in paths:
         print(f"running {path.name} ...", flush=True)
-        rows.append(run_one(path, args.timeout, args.inplace, args.force_load))
+        rows.append(run_one(path, args.timeout, args.inplace, args.force_load, out))
         if rows[-1]["error"]:
             print(f"  FAILED {path.name}: {rows[-1]['error']}", flush=True)
 
     info = machine()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     summary = {"machine": info, "lessons": rows}
-    write_atomic(OUT / "summary.json", json.dumps(summary, indent=1) + "\n")
-    write_atomic(OUT / "summary.md", markdown(rows, info))
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    write_atomic(out / "summary.md", markdown(rows, info))
     print("\n" + (markdown(rows, info) if args.markdown else plain(rows)))
     failed = [r for r in rows if r["error"]]
     for r in failed:

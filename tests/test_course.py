@@ -104,6 +104,17 @@ def test_a_failing_command_is_one_sentence_and_exit_1(monkeypatch, capsys):
     assert said.startswith("course.py clean: `") and said.endswith("exited with 3")
 
 
+def test_the_lessons_of_the_edition_d2l_gpu_lang_names(monkeypatch, capsys):
+    monkeypatch.setenv("D2L_GPU_LANG", "zh")
+    assert course.main(["lessons", "--dry-run"]) == 0
+    assert "run_lessons.py --markdown --lang zh" in capsys.readouterr().out
+    monkeypatch.setenv("D2L_GPU_LANG", "vi")
+    assert course.main(["lab", "--dry-run"]) == 1
+    said = capsys.readouterr()
+    assert "course.py lab: D2L_GPU_LANG=vi: the lessons exist in en and zh" in said.err
+    assert "pip install" not in said.out  # said before anything is installed
+
+
 @pytest.mark.parametrize("argv", [[], ["bogus"], ["test", "lessons"]])
 def test_a_wrong_command_is_refused_naming_the_choices(argv, capsys):
     assert course.main(argv) == 2

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbtools
 import pytest
 from conftest import free_port
-from lab import lab_command, lab_env
+from lab import edition, lab_command, lab_env
 
 ROOT = Path(__file__).resolve().parent.parent
 IMG_LINK = re.compile(r"""(?:\]\(|src=["'])\.\./(img/[^)"'\s]+\.svg)""")
@@ -77,6 +77,14 @@ def test_lab_command_serves_the_project_folder_with_live_plots():
     assert "--LabApp.default_url=/lab/tree/notebooks" in cmd
     assert ("--allow-root" in cmd) == (os.geteuid() == 0)
     assert lab_env({"D2L_GPU_LIVE_PLOTS": "0"})["D2L_GPU_LIVE_PLOTS"] == "1"
+
+
+def test_the_chinese_lessons_open_when_d2l_gpu_lang_says_zh():
+    assert "--LabApp.default_url=/lab/tree/notebooks/zh" in lab_command(ROOT, lang="zh")
+    assert (ROOT / "notebooks" / "zh" / "01-devices.ipynb").is_file()  # what it opens on
+    assert edition({}) == "en" and edition({"D2L_GPU_LANG": "zh"}) == "zh"
+    with pytest.raises(ValueError, match="D2L_GPU_LANG=fr: the lessons exist in en and zh"):
+        edition({"D2L_GPU_LANG": "fr"})
 
 
 def test_every_diagram_loads_in_make_lab(tmp_path):

@@ -32,6 +32,19 @@ def test_a_malformed_notebook_is_a_failed_row_and_the_others_still_run(
     assert [r["status"] for r in summary["lessons"]] == ["FAILED", "FAILED"]
 
 
+def test_the_chinese_lessons_run_into_a_folder_of_their_own(tmp_path, monkeypatch, capsys):
+    zh = run_lessons.default_notebooks("zh")
+    assert [p.name for p in zh] == [p.name for p in run_lessons.default_notebooks()]
+    assert all(p.parent.name == "zh" for p in zh)
+    monkeypatch.setattr(run_lessons, "OUT", tmp_path / "out")
+    lesson = tmp_path / "01-tiny.ipynb"
+    lesson.write_text(notebook("print('你好')"))
+    assert run_lessons.main([str(lesson), "--lang", "zh"]) == 0
+    assert "你好" in (tmp_path / "out" / "zh" / "01-tiny.ipynb").read_text(encoding="utf-8")
+    assert (tmp_path / "out" / "zh" / "summary.json").is_file()
+    assert not (tmp_path / "out" / "01-tiny.ipynb").exists()  # the English copies are apart
+
+
 def test_tidy_says_a_deeply_nested_file_is_no_notebook(tmp_path, capsys):
     deep = tmp_path / "deep.ipynb"
     deep.write_text("[" * 100_000 + "]" * 100_000)
