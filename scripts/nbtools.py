@@ -26,7 +26,8 @@ from nbformat.validator import normalize
 
 from d2l_gpu._fs import write_atomic
 
-CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason")  # the reason: why not compared
+# nbval_ignore_reason: why a cell is not compared; d2l_gpu: a Chinese cell's translation record
+CELL_METADATA_KEYS = ("tags", "slideshow", "nbval_ignore_reason", "d2l_gpu")
 NOTEBOOK_METADATA_KEYS = ("kernelspec", "language_info", "d2l_gpu")  # d2l_gpu: the execution record
 # every notebook names the same kernel, whichever Jupyter executed it last
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -117,15 +117,25 @@ def is_pending(cell) -> bool:
 
 
 def dropped(en: dict, old: dict | None) -> list[str]:
-    """The translations in `old` whose English cell `en` no longer has: 'id (first line)'."""
-    en_ids = {c["id"] for c in en["cells"]}
-    return [
-        f"{rec['source_id']} ({nbtools.first_line(cell)!r})"
-        for cell in (old["cells"] if old else [])
-        if (rec := record(cell)).get("source_id") not in (None, *en_ids)
-        and not rec.get("zh_only")
-        and not rec.get("pending")
-    ]
+    """The translations in `old` that a rebuild from `en` would lose, each said with its cell:
+    one whose English cell is gone, and a translated cell that has lost its record (a tool that
+    rewrote the notebook without the records), which a rebuild would take for untranslated."""
+    en_cells = {c["id"]: c for c in en["cells"]}
+    lost = []
+    for cell in old["cells"] if old else []:
+        rec, text = record(cell), source(cell)
+        if rec.get("zh_only") or rec.get("pending") or cell.get("cell_type") == "code":
+            continue
+        if rec.get("source_id") not in (None, *en_cells):
+            first = nbtools.first_line(cell)
+            lost.append(f"{rec['source_id']} ({first!r}): its English cell is gone")
+        elif not rec and cell.get("id") in en_cells and not text.startswith(PENDING_MARK):
+            if text != _deeper_links(source(en_cells[cell["id"]])):  # a translation, unrecorded
+                lost.append(
+                    f"{cell['id']} ({nbtools.first_line(cell)!r}): it has no record (restore the "
+                    "notebook from git, or run mark on the cell if its translation is current)"
+                )
+    return lost
 
 
 def build(en: dict, old: dict | None, zh_path) -> dict:
@@ -188,9 +198,9 @@ def sync_file(zh_path, drop: bool = False) -> bool:
     lost = dropped(en, old)
     if lost and not drop:
         raise ZhError(
-            f"{zh_path}: sync would drop {len(lost)} translation(s) whose English cell is gone: "
-            f"{', '.join(lost)}; if an English cell only got a new id, give its translation the "
-            "new id (cell id and source_id) and sync again, else run sync --drop"
+            f"{zh_path}: sync would drop {len(lost)} translation(s): {'; '.join(lost)}. Where an "
+            "English cell only got a new id, give its translation the new id (cell id and "
+            "source_id) and sync again; to drop them, run sync --drop"
         )
     new = render(build(en, old, zh_path))
     if zh_path.exists() and zh_path.read_text(encoding="utf-8") == new:

@@ -230,6 +230,25 @@ def test_sync_refuses_to_drop_a_translation_whose_english_cell_is_gone(pair, cap
     assert zh.is_pending(cell(nbtools.load(zh_path), "prose-2"))
 
 
+def test_tidying_a_chinese_notebook_keeps_its_records(tmp_path):
+    path = copy_pair(ZH_FILES[0], tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "nbtools.py"), "tidy", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert zh_check.check_file(path) == [] and zh.sync_file(path) is False
+
+
+def test_sync_refuses_to_take_translations_that_lost_their_records_for_untranslated(pair):
+    _, zh_path = pair
+    edit(zh_path, lambda nb: [c["metadata"].pop("d2l_gpu", None) for c in nb["cells"]])
+    before = zh_path.read_text(encoding="utf-8")
+    with pytest.raises(zh.ZhError, match=r"drop 2 translation\(s\): title .* it has no record"):
+        zh.sync_file(zh_path)
+    assert zh_path.read_text(encoding="utf-8") == before  # nothing lost
+
+
 def test_editing_a_code_cell_in_the_chinese_copy_fails(pair):
     _, zh_path = pair
     edit(zh_path, lambda nb: cell(nb, "code1").update(source="print(1 + 2)"))
