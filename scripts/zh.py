@@ -1,27 +1,31 @@
-"""Keep the Chinese notebooks (notebooks/zh/, solutions/zh/) in step with their English sources.
+"""Keep the translated notebooks in step with their English sources: the Chinese edition
+(notebooks/zh/, solutions/zh/) and any other in EDITIONS (Vietnamese: notebooks/vi/, ...).
 
     python scripts/zh.py sync [--drop] FILES | --all      # rebuild each from its English source
     python scripts/zh.py check [FILES]                    # exit 1 naming every cell out of step
     python scripts/zh.py mark [--force] FILE [CELL_ID ...] # cells translate today's English text
 
-The English notebook of notebooks/zh/NN-x.ipynb is notebooks/NN-x.ipynb (solutions alike). Sync
-copies every code cell (source, outputs, execution count, metadata) and the notebook metadata
-from the English notebook; a markdown cell keeps its Chinese text when the old Chinese notebook
-holds a translation of the same English cell (matched by the English cell's id), else it gets
-the English text under a "待翻译" marker. Each translated cell records in its metadata which
-English cell, and which version of its text, it translates:
+The English notebook of notebooks/LANG/NN-x.ipynb is notebooks/NN-x.ipynb (solutions alike); the
+folder's name is the edition. Sync copies every code cell (source, outputs, execution count,
+metadata) and the notebook metadata from the English notebook; a markdown cell keeps its
+translated text when the old notebook holds a translation of the same English cell (matched by
+the English cell's id), else it gets the English text under the edition's "awaiting translation"
+line. Each translated cell records in its metadata which English cell, and which version of its
+text, it translates:
 
-    metadata.d2l_gpu.zh = {"source_id": ID, "source_sha256": SHA-256 of the English source,
-                           "source_text": the English source, "zh_sha256": SHA-256 of the Chinese}
+    metadata.d2l_gpu.LANG = {"source_id": ID, "source_sha256": SHA-256 of the English source,
+                             "source_text": the English source, "zh_sha256": SHA-256 of the
+                             translation}
 
 `mark` writes that record after a translation is written or brought up to date; `check` reports
 a translation whose English cell changed since (stale), with what changed in the English. `mark`
-refuses a stale cell whose Chinese is the text it marked last time (the English changed, the
+refuses a stale cell whose translation is the text it marked last time (the English changed, the
 translation did not), unless --force says that the English change needs none. `sync` refuses to
-drop the translation of an English cell that is gone (deleted, or given a new id) and names it,
-unless --drop says to. A Chinese-only markdown cell (set-up
-notes for students in China) carries {"zh_only": true}; sync keeps it after the English cell it
-followed. Untranslated cells are allowed only in the notebooks listed in IN_PROGRESS.
+drop the translation of an English cell that is gone (deleted, or given a new id), or of a cell
+that lost its record, and names it, unless --drop says to. A markdown cell of one edition only
+(set-up notes for students in China) carries {"zh_only": true}; sync keeps it after the English
+cell it followed. Untranslated cells are allowed only in the notebooks listed in IN_PROGRESS.
+The Chinese documents (docs/zh/) are tracked by zh_docs.py, `check` by zh_check.py.
 """
 
 from __future__ import annotations
@@ -37,16 +41,42 @@ import nbtools
 from d2l_gpu._fs import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
-ZH_DIRS = ("notebooks/zh", "solutions/zh")
-# Chinese notebooks whose translation is under way: cells awaiting translation are allowed here.
+# Each edition, by the name of its folder (notebooks/NAME/, solutions/NAME/): the line that marks a
+# cell awaiting translation, and the hint after it. Everything else is the same for every language.
+EDITIONS = {
+    "zh": (
+        "> **待翻译 (awaiting translation)**：本单元仍是英文原文。",
+        "译好后运行 `python scripts/zh.py mark {file} {id}`。\n\n",
+    ),
+    "vi": (
+        "> **Chờ dịch (awaiting translation)**: ô này vẫn là nguyên văn tiếng Anh.",
+        " Dịch xong, hãy chạy `python scripts/zh.py mark {file} {id}`.\n\n",
+    ),
+}
+# Translated notebooks whose translation is under way: cells awaiting translation are allowed here.
 IN_PROGRESS: set[str] = set()
-PENDING_MARK = "> **待翻译 (awaiting translation)**：本单元仍是英文原文。"
-PENDING_HINT = "译好后运行 `python scripts/zh.py mark {file} {id}`。\n\n"
+PENDING_MARK, PENDING_HINT = EDITIONS["zh"]
 _LINK_UP_RE = re.compile(r"(\]\(\s*<?|\ssrc=\")\.\./")
 
 
 class ZhError(ValueError):
-    """A Chinese notebook that cannot be synced or marked: the message says which and why."""
+    """A translated notebook that cannot be synced or marked: the message says which and why."""
+
+
+def edition(path) -> str:
+    """The edition (zh, vi) that the translated notebook or folder `path` belongs to."""
+    lang = Path(path).parent.name
+    if lang not in EDITIONS:
+        raise ZhError(
+            f"{path}: not in a folder of an edition; translated notebooks live in "
+            + ", ".join(f"notebooks/{e}/ and solutions/{e}/" for e in EDITIONS)
+        )
+    return lang
+
+
+def awaits(text: str) -> bool:
+    """True for a cell's text that still starts with an edition's awaiting-translation line."""
+    return any(text.startswith(mark) for mark, _ in EDITIONS.values())
 
 
 def source(cell) -> str:
@@ -59,10 +89,11 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def record(cell) -> dict:
-    """The cell's `d2l_gpu.zh` record, or {} where it has none."""
+def record(cell, lang: str = "zh") -> dict:
+    """The cell's `d2l_gpu.LANG` record (the edition's), or {} where it has none."""
     rec = cell.get("metadata", {}).get("d2l_gpu", {})
-    return rec.get("zh", {}) if isinstance(rec, dict) and isinstance(rec.get("zh"), dict) else {}
+    found = rec.get(lang) if isinstance(rec, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def rel(path) -> str:
@@ -71,16 +102,21 @@ def rel(path) -> str:
 
 
 def english_path(zh_path) -> Path:
-    """The English notebook that the Chinese notebook `zh_path` translates."""
+    """The English notebook that the translated notebook `zh_path` translates."""
     zh_path = Path(zh_path)
-    if zh_path.parent.name != "zh":
-        raise ZhError(f"{zh_path}: not in a zh/ folder; Chinese notebooks live in {ZH_DIRS}")
+    edition(zh_path)
     return zh_path.parent.parent / zh_path.name
 
 
-def all_zh_files(root=ROOT) -> list[Path]:
-    """Every Chinese notebook of the course."""
-    return sorted(p for d in ZH_DIRS for p in (Path(root) / d).glob("*.ipynb"))
+def all_zh_files(root=ROOT, lang: str = "zh") -> list[Path]:
+    """Every notebook of the edition `lang` (Chinese by default)."""
+    dirs = (Path(root) / "notebooks" / lang, Path(root) / "solutions" / lang)
+    return sorted(p for d in dirs for p in d.glob("*.ipynb"))
+
+
+def all_translated(root=ROOT) -> list[Path]:
+    """Every translated notebook of every edition."""
+    return [p for lang in EDITIONS for p in all_zh_files(root, lang)]
 
 
 def _load(path, what: str) -> dict:
@@ -95,9 +131,9 @@ def _load(path, what: str) -> dict:
     return nb
 
 
-def _zh_meta(cell, rec: dict) -> None:
-    """Set the cell's `d2l_gpu.zh` record to `rec`."""
-    cell.setdefault("metadata", {}).setdefault("d2l_gpu", {})["zh"] = rec
+def _zh_meta(cell, rec: dict, lang: str = "zh") -> None:
+    """Set the cell's `d2l_gpu.LANG` record to `rec`."""
+    cell.setdefault("metadata", {}).setdefault("d2l_gpu", {})[lang] = rec
 
 
 def _deeper_links(text: str) -> str:
@@ -107,29 +143,30 @@ def _deeper_links(text: str) -> str:
 
 def pending_text(en_cell, zh_path) -> str:
     """The text of a cell awaiting translation: the marker, then the English text."""
-    hint = PENDING_HINT.format(file=rel(zh_path), id=en_cell["id"])
-    return f"{PENDING_MARK}{hint}{_deeper_links(source(en_cell))}"
+    mark, hint = EDITIONS[edition(zh_path)]
+    hint = hint.format(file=rel(zh_path), id=en_cell["id"])
+    return f"{mark}{hint}{_deeper_links(source(en_cell))}"
 
 
-def is_pending(cell) -> bool:
+def is_pending(cell, lang: str = "zh") -> bool:
     """True for a cell that still awaits translation (or awaits `mark`)."""
-    return bool(record(cell).get("pending"))
+    return bool(record(cell, lang).get("pending"))
 
 
-def dropped(en: dict, old: dict | None) -> list[str]:
+def dropped(en: dict, old: dict | None, lang: str = "zh") -> list[str]:
     """The translations in `old` that a rebuild from `en` would lose, each said with its cell:
     one whose English cell is gone, and a translated cell that has lost its record (a tool that
     rewrote the notebook without the records), which a rebuild would take for untranslated."""
     en_cells = {c["id"]: c for c in en["cells"]}
     lost = []
     for cell in old["cells"] if old else []:
-        rec, text = record(cell), source(cell)
+        rec, text = record(cell, lang), source(cell)
         if rec.get("zh_only") or rec.get("pending") or cell.get("cell_type") == "code":
             continue
         if rec.get("source_id") not in (None, *en_cells):
             first = nbtools.first_line(cell)
             lost.append(f"{rec['source_id']} ({first!r}): its English cell is gone")
-        elif not rec and cell.get("id") in en_cells and not text.startswith(PENDING_MARK):
+        elif not rec and cell.get("id") in en_cells and not awaits(text):
             if text != _deeper_links(source(en_cells[cell["id"]])):  # a translation, unrecorded
                 lost.append(
                     f"{cell['id']} ({nbtools.first_line(cell)!r}): it has no record (restore the "
@@ -140,10 +177,11 @@ def dropped(en: dict, old: dict | None) -> list[str]:
 
 def build(en: dict, old: dict | None, zh_path) -> dict:
     """The Chinese notebook rebuilt from English `en`, keeping the translations in `old`."""
+    lang = edition(zh_path)
     en_ids = {c["id"] for c in en["cells"]}
     kept, extras, anchor = {}, {}, None  # extras: zh_only cells by the English id they follow
     for cell in old["cells"] if old else []:
-        rec = record(cell)
+        rec = record(cell, lang)
         if rec.get("zh_only"):
             extras.setdefault(anchor, []).append(cell)
         elif rec.get("source_id") in en_ids:
@@ -156,15 +194,15 @@ def build(en: dict, old: dict | None, zh_path) -> dict:
         new = copy.deepcopy(en_cell)
         if en_cell["cell_type"] != "code":
             old_cell = kept.get(en_cell["id"])
-            rec = dict(record(old_cell)) if old_cell else {}
-            if old_cell is None or rec.get("pending") and source(old_cell).startswith(PENDING_MARK):
+            rec = dict(record(old_cell, lang)) if old_cell else {}
+            if old_cell is None or rec.get("pending") and awaits(source(old_cell)):
                 new["source"] = pending_text(en_cell, zh_path)
                 rec = {"source_id": en_cell["id"], "pending": True}
             else:  # a translation, or an edited cell awaiting `mark`: its text is kept
                 new["source"] = source(old_cell)
                 if old_cell.get("attachments"):
                     new["attachments"] = copy.deepcopy(old_cell["attachments"])
-            _zh_meta(new, rec)
+            _zh_meta(new, rec, lang)
         cells.append(new)
         cells += extras.pop(en_cell["id"], [])
     for orphans in extras.values():  # the English cell they followed is gone: keep them last
@@ -195,7 +233,7 @@ def sync_file(zh_path, drop: bool = False) -> bool:
         )
     en = _load(en_path, "English")
     old = _load(zh_path, "Chinese") if zh_path.exists() else None
-    lost = dropped(en, old)
+    lost = dropped(en, old, edition(zh_path))
     if lost and not drop:
         raise ZhError(
             f"{zh_path}: sync would drop {len(lost)} translation(s): {'; '.join(lost)}. Where an "
@@ -228,27 +266,26 @@ def mark_file(zh_path, ids: list[str], force: bool = False) -> list[str]:
     """Record that cells `ids` translate today's English (no ids: edited cells awaiting mark).
     A stale cell whose Chinese did not change since its last mark is refused unless `force`."""
     zh_path = Path(zh_path)
+    lang = edition(zh_path)
     en = {c["id"]: c for c in _load(english_path(zh_path), "English")["cells"]}
     nb = _load(zh_path, "Chinese")
     by_id = {c.get("id"): c for c in nb["cells"]}
     if not ids:
-        ids = [
-            c["id"] for c in nb["cells"] if is_pending(c) and not source(c).startswith(PENDING_MARK)
-        ]
+        ids = [c["id"] for c in nb["cells"] if is_pending(c, lang) and not awaits(source(c))]
     for cell_id in ids:
         cell = by_id.get(cell_id)
         if cell is None or cell_id not in en or cell.get("cell_type") == "code":
             raise ZhError(
                 f"{zh_path}: no markdown cell {cell_id!r} that translates an English cell"
             )
-        if source(cell).startswith(PENDING_MARK):
+        if awaits(source(cell)):
             raise ZhError(
-                f"{zh_path}: cell {cell_id} still holds the English text under the 待翻译 marker; "
-                "translate it (and delete the marker line) before marking it"
+                f"{zh_path}: cell {cell_id} still holds the English text under the "
+                "awaiting-translation line; translate it (and delete that line) before marking it"
             )
-        rec = marked(record(cell), source(en[cell_id]), source(cell), force,
+        rec = marked(record(cell, lang), source(en[cell_id]), source(cell), force,
                      f"{zh_path}: cell {cell_id}: its English")  # fmt: skip
-        _zh_meta(cell, {"source_id": cell_id, **rec})
+        _zh_meta(cell, {"source_id": cell_id, **rec}, lang)
     text = render(nb)
     if text != zh_path.read_text(encoding="utf-8"):
         write_atomic(zh_path, text)
@@ -283,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import zh_check  # what `check` looks at
 
-    files = all_zh_files() if cmd == "check" and not args or args == ["--all"] else args
+    files = all_translated() if cmd == "check" and not args or args == ["--all"] else args
     if not files:
         print("sync needs files, or --all for every notebook under notebooks/zh and solutions/zh")
         return 2
@@ -303,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         if not found and rel(f) in IN_PROGRESS:
             print(f"{rel(f)}: in progress (IN_PROGRESS): untranslated cells allowed")
     if cmd == "check":
-        print(f"{len(files) - bad}/{len(files)} Chinese notebooks in step with their English")
+        print(f"{len(files) - bad}/{len(files)} translated notebooks in step with their English")
     if cmd == "check" and not args:
         import zh_docs
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbtools
 import zh as tool
-from zh import ZhError, _load, build, english_path, record, rel, render, sha256, source
+from zh import ZhError, _load, build, edition, english_path, record, rel, render, sha256, source
 
 IMAGE_RE = re.compile(
     r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img[^>]*\ssrc=\"([^\"]+)\""
@@ -52,20 +52,21 @@ def image_problems(nb: dict, folder: Path) -> list[str]:
 
 
 def check_file(zh_path, in_progress: set[str] | None = None) -> list[str]:
-    """Every way the Chinese notebook `zh_path` is out of step with its English source."""
+    """Every way the translated notebook `zh_path` is out of step with its English source."""
     zh_path = Path(zh_path)
     in_progress = tool.IN_PROGRESS if in_progress is None else in_progress
     try:
+        lang = edition(zh_path)
         en_path = english_path(zh_path)
         en = _load(en_path, "English")
-        zh = _load(zh_path, "Chinese")
+        zh = _load(zh_path, "translated")
     except ZhError as e:
         return [str(e).removeprefix(f"{zh_path}: ")]
     out = []
     en_cells = {c.get("id"): (i, c) for i, c in enumerate(en["cells"])}
     zh_cells, seen = [], []
     for i, cell in enumerate(zh["cells"]):
-        if record(cell).get("zh_only"):
+        if record(cell, lang).get("zh_only"):
             if cell.get("cell_type") != "markdown":
                 out.append(f"{_where(i, cell)}: a Chinese-only cell must be markdown, not code")
             continue
@@ -101,7 +102,7 @@ def check_file(zh_path, in_progress: set[str] | None = None) -> list[str]:
                         f"{where}: code cell's {key} differs from the English cell; run sync"
                     )
             continue
-        rec = record(cell)
+        rec = record(cell, lang)
         if cell.get("cell_type") != en_cell.get("cell_type"):
             out.append(
                 f"{where}: {cell.get('cell_type')} cell for a "

@@ -132,15 +132,21 @@ def english_notebook() -> dict:
 CHINESE = {"title": "# 1. 设备\n\n![设备](../../img/devices.svg)", "prose": "CPU 是**一个**设备。"}
 
 
+def synced(tmp_path, lang: str = "zh"):
+    """(English path, path of edition `lang`) of the small lesson, synced, not yet translated."""
+    shutil.copytree(ROOT / "img", tmp_path / "img")
+    (tmp_path / "notebooks" / lang).mkdir(parents=True)
+    en_path = tmp_path / "notebooks" / "00-sample.ipynb"
+    en_path.write_text(nbtools.dumps(english_notebook()), encoding="utf-8")
+    path = tmp_path / "notebooks" / lang / "00-sample.ipynb"
+    assert zh.sync_file(path) is True
+    return en_path, path
+
+
 @pytest.fixture
 def pair(tmp_path):
     """(English path, Chinese path) of a synced and fully translated small lesson."""
-    shutil.copytree(ROOT / "img", tmp_path / "img")
-    (tmp_path / "notebooks" / "zh").mkdir(parents=True)
-    en_path = tmp_path / "notebooks" / "00-sample.ipynb"
-    en_path.write_text(nbtools.dumps(english_notebook()), encoding="utf-8")
-    zh_path = tmp_path / "notebooks" / "zh" / "00-sample.ipynb"
-    assert zh.sync_file(zh_path) is True
+    en_path, zh_path = synced(tmp_path)
     translate(zh_path, CHINESE)
     assert zh_check.check_file(zh_path) == []
     return en_path, zh_path
@@ -247,6 +253,21 @@ def test_sync_refuses_to_take_translations_that_lost_their_records_for_untransla
     with pytest.raises(zh.ZhError, match=r"drop 2 translation\(s\): title .* it has no record"):
         zh.sync_file(zh_path)
     assert zh_path.read_text(encoding="utf-8") == before  # nothing lost
+
+
+def test_the_vietnamese_edition_is_kept_in_step_by_the_same_tool(tmp_path):
+    en_path, vi_path = synced(tmp_path, "vi")
+    title = cell(nbtools.load(vi_path), "title")
+    assert zh.source(title).startswith(zh.EDITIONS["vi"][0])  # its own awaiting-translation line
+    assert zh.record(title, "vi")["pending"] and zh.record(title, "zh") == {}
+    translate(vi_path, {"title": "# 1. Thiết bị\n\n![Thiết bị](../../img/devices.svg)",
+                        "prose": "CPU là **một** thiết bị."})  # fmt: skip
+    assert zh_check.check_file(vi_path) == []
+    edit(en_path, lambda nb: cell(nb, "prose").update(source="The CPU is one device, always."))
+    (found,) = zh_check.check_file(vi_path)  # an English-only edit: the Vietnamese is stale
+    assert "id prose" in found and "stale" in found and "+The CPU is one device, always." in found
+    with pytest.raises(zh.ZhError, match="not in a folder of an edition"):
+        zh.english_path(tmp_path / "notebooks" / "fr" / "00-sample.ipynb")
 
 
 def test_editing_a_code_cell_in_the_chinese_copy_fails(pair):
