@@ -21,7 +21,8 @@ import zh_check
 from conftest import ROOT
 
 ZH_FILES = zh.all_zh_files()
-IDS = [zh.rel(p) for p in ZH_FILES]
+ALL = zh.all_translated()  # every edition's notebooks: Chinese, and Vietnamese as they come
+IDS = [zh.rel(p) for p in ALL]
 
 
 def code_cells(nb) -> list[tuple]:
@@ -37,23 +38,23 @@ def test_there_is_a_chinese_edition():
     assert any(p.parent.parent.name == "notebooks" for p in ZH_FILES), "no notebooks/zh/*.ipynb"
 
 
-@pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
+@pytest.mark.parametrize("path", ALL, ids=IDS)
 def test_code_and_outputs_identical_to_english(path):
     en, nb = nbtools.load(zh.english_path(path)), nbtools.load(path)
     assert code_cells(nb) == code_cells(en)
     assert nb["metadata"] == en["metadata"]  # the same execution record
 
 
-@pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
+@pytest.mark.parametrize("path", ALL, ids=IDS)
 def test_in_step_with_english(path):
     assert zh_check.check_file(path) == []
 
 
-@pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
+@pytest.mark.parametrize("path", ALL, ids=IDS)
 def test_every_markdown_cell_records_its_english_cell(path):
     en = {c["id"]: c for c in nbtools.load(zh.english_path(path))["cells"]}
     for cell in nbtools.load(path)["cells"]:
-        rec = zh.record(cell)
+        rec = zh.record(cell, zh.edition(path))
         if cell["cell_type"] == "code" or rec.get("zh_only"):
             continue
         assert rec["source_id"] == cell["id"] in en
@@ -63,7 +64,7 @@ def test_every_markdown_cell_records_its_english_cell(path):
             assert rec["source_text"] == zh.source(en[cell["id"]]), cell["id"]  # for the diff
 
 
-@pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
+@pytest.mark.parametrize("path", ALL, ids=IDS)
 def test_sync_changes_nothing(path, tmp_path):
     copied = copy_pair(path, tmp_path)
     assert zh.sync_file(copied) is False
@@ -88,14 +89,14 @@ def test_nbtools_reads_the_chinese_notebooks_as_valid_notebooks():
 
 
 def copy_pair(zh_path, tmp_path):
-    """Copy a Chinese notebook, its English source and the images into tmp_path, same layout."""
-    kind = zh_path.parent.parent.name
-    (tmp_path / kind / "zh").mkdir(parents=True, exist_ok=True)
+    """Copy a translated notebook, its English source and the images into tmp_path, same layout."""
+    kind, lang = zh_path.parent.parent.name, zh.edition(zh_path)
+    (tmp_path / kind / lang).mkdir(parents=True, exist_ok=True)
     shutil.copy(zh.english_path(zh_path), tmp_path / kind / zh_path.name)
-    shutil.copy(zh_path, tmp_path / kind / "zh" / zh_path.name)
+    shutil.copy(zh_path, tmp_path / kind / lang / zh_path.name)
     if not (tmp_path / "img").exists():
         shutil.copytree(ROOT / "img", tmp_path / "img")
-    return tmp_path / kind / "zh" / zh_path.name
+    return tmp_path / kind / lang / zh_path.name
 
 
 def english_notebook() -> dict:
@@ -387,7 +388,7 @@ def test_sync_refuses_a_chinese_notebook_without_english_source(tmp_path):
         zh.sync_file(tmp_path / "notebooks" / "zh" / "99-nothing.ipynb")
 
 
-@pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
+@pytest.mark.parametrize("path", ALL, ids=IDS)
 def test_real_notebook_editing_one_english_markdown_cell_alone_fails(path, tmp_path):
     copied = copy_pair(path, tmp_path)
     en_path = zh.english_path(copied)
@@ -395,7 +396,7 @@ def test_real_notebook_editing_one_english_markdown_cell_alone_fails(path, tmp_p
     translated = [
         c["id"]
         for c in nb["cells"]
-        if c["cell_type"] == "markdown" and zh.record(c).get("source_sha256")
+        if c["cell_type"] == "markdown" and zh.record(c, zh.edition(path)).get("source_sha256")
     ]
     if not translated:
         pytest.skip("no translated cell yet")
@@ -405,7 +406,7 @@ def test_real_notebook_editing_one_english_markdown_cell_alone_fails(path, tmp_p
     assert any(f"id {victim}" in p and "stale" in p for p in found), found
 
 
-@pytest.mark.parametrize("path", ZH_FILES, ids=IDS)
+@pytest.mark.parametrize("path", ALL, ids=IDS)
 def test_real_notebook_changing_code_or_output_fails(path, tmp_path):
     copied = copy_pair(path, tmp_path)
     text = copied.read_text(encoding="utf-8")
