@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,34 +120,27 @@ def run_ranks(machines: TwoMachines, args: argparse.Namespace, outdir: Path) -> 
     """Start ranks 0, 1 in the first namespace and 2, 3 in the second; return rank 0's result."""
     procs = []
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    # A stop signal while the ranks start would orphan a rank started but not yet in `procs`, so
-    # it is only noted then, and acted on once all four are known. (Blocking it with
-    # pthread_sigmask did not do: another thread of this process still took it, and every rank
-    # inherited the blocked mask and could not be stopped with SIGTERM.)
-    pending: list[int] = []
-    held = (signal.SIGTERM, signal.SIGHUP)
-    previous = {
-        sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in held
-    }
+    # A stop signal only records itself (_stop) and is acted on here, between steps: raised from
+    # the handler it could land inside Popen.wait while that holds its lock, and the clean-up's
+    # own wait then waited for that lock forever (seen once in CI, 2026-11-29).
+    _check_stop()
     try:
-        try:
-            for rank in range(4):
-                ns, link = machines.names[rank // 2], machines.links[rank // 2]
-                cmd = ["ip", "netns", "exec", ns, sys.executable, __file__, "--worker", str(rank)]
-                cmd += ["--size-kb", str(args.size_kb), "--rounds", str(args.rounds)]
-                cmd += ["--out", str(outdir / f"rank{rank}.json")]
-                procs.append(
-                    subprocess.Popen(
-                        cmd, env={**env, "GLOO_SOCKET_IFNAME": link}, start_new_session=True
-                    )
+        for rank in range(4):
+            ns, link = machines.names[rank // 2], machines.links[rank // 2]
+            cmd = ["ip", "netns", "exec", ns, sys.executable, __file__, "--worker", str(rank)]
+            cmd += ["--size-kb", str(args.size_kb), "--rounds", str(args.rounds)]
+            cmd += ["--out", str(outdir / f"rank{rank}.json")]
+            procs.append(
+                subprocess.Popen(
+                    cmd, env={**env, "GLOO_SOCKET_IFNAME": link}, start_new_session=True
                 )
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        if pending:  # the stop that came while the ranks started, handled as it would have been
-            signal.raise_signal(pending[0])
-        for p in procs:
-            p.wait(timeout=args.timeout)
+            )
+        deadline = time.monotonic() + args.timeout
+        while any(p.poll() is None for p in procs):
+            _check_stop()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the ranks ran past --timeout {args.timeout:g} s")
+            time.sleep(0.05)
     finally:
         for p in procs:  # only the workers started here, by their process group
             if p.poll() is None:
@@ -201,6 +195,7 @@ def measure(args: argparse.Namespace) -> dict:
         with tempfile.TemporaryDirectory(prefix="d2l11-netns-") as tmp:
             result = run_ranks(machines, args, Path(tmp))
         shaping = machines.shaping
+    _check_stop()  # a stop during the last rank's exit or the clean-up
     inside = costmodel.fit_alpha_beta(result["inside_sizes"], result["inside"])
     between = costmodel.fit_alpha_beta(result["between_sizes"], result["between"])
     n = result["nbytes"]
@@ -221,9 +216,18 @@ def measure(args: argparse.Namespace) -> dict:
     return result
 
 
+STOPPED: list[int] = []  # the termination signals received, in order
+
+
 def _stop(signum, frame) -> None:
-    """A termination signal: leave through the `with` blocks, which remove what was made."""
-    raise SystemExit(f"netns_link: stopped by {signal.Signals(signum).name}; cleaned up")
+    """A termination signal: noted, and acted on by _check_stop at the next step."""
+    STOPPED.append(signum)
+
+
+def _check_stop() -> None:
+    """After a termination signal, leave through the `with` blocks, which remove what was made."""
+    if STOPPED:
+        raise SystemExit(f"netns_link: stopped by {signal.Signals(STOPPED[0]).name}; cleaned up")
 
 
 def main(argv: list[str] | None = None) -> int:

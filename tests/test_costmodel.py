@@ -235,8 +235,19 @@ def test_two_machines_over_a_slow_link(tmp_path):
     assert "d2l11-" not in left  # every namespace made was removed
 
 
+def test_a_stop_signal_is_noted_and_acted_on_between_steps(monkeypatch):
+    """A handler that raised could land inside Popen.wait while that held its lock; the clean-up's
+    own wait then waited forever (CI, 2026-11-29). The handler only notes the signal now."""
+    monkeypatch.setattr(netns_link, "STOPPED", [])
+    netns_link._check_stop()  # nothing received: goes on
+    netns_link._stop(signal.SIGTERM, None)  # returns: raises nothing where the signal lands
+    with pytest.raises(SystemExit, match="netns_link: stopped by SIGTERM; cleaned up"):
+        netns_link._check_stop()
+
+
 @pytest.mark.cluster  # root and network namespaces: `make test-cluster`
-def test_two_machines_are_removed_when_the_script_is_terminated(tmp_path):
+@pytest.mark.parametrize("after", [0.0, 1.0])  # seconds after the folder: ranks starting, running
+def test_two_machines_are_removed_when_the_script_is_terminated(tmp_path, after):
     """Issue 27: SIGTERM left both namespaces and the temporary folder behind."""
     ok, why = netns_link.available()
     if not ok:
@@ -248,6 +259,7 @@ def test_two_machines_are_removed_when_the_script_is_terminated(tmp_path):
     while not list(tmp_path.glob("d2l11-netns-*")):  # the machines exist and the ranks start
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    time.sleep(after)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert "stopped by SIGTERM; cleaned up" in err
