@@ -48,13 +48,13 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]  # nbtools, and d2l_gpu from this checkout
+from lab import LESSONS  # noqa: E402 - each edition's lessons (--lang), as make lab opens them
 from nbtools import dumps, first_line, tidy  # noqa: E402
 
 from d2l_gpu._checks import count_arg  # noqa: E402
 from d2l_gpu._fs import write_atomic  # noqa: E402
 
 OUT = ROOT / "build" / "lessons"
-LESSONS = {"en": "notebooks", "zh": "notebooks/zh"}  # each edition's lessons (--lang)
 OTHER_LIMIT = 0.1  # other processes may keep at most a tenth of the cores busy
 
 
