@@ -8,6 +8,8 @@ restart can help. Shown in lesson 7.
   that cannot be written (a full disk). Final: a restart would fail the same way.
 - 130: stopped by Ctrl-C or SIGTERM. Final. Rank 0 says which checkpoint is kept; under
   torchrun a SIGTERM comes from the agent, which reports why itself, and the ranks end quietly.
+  A checkpoint being written when the signal comes is finished first (`shielded`), so that the
+  epoch it holds is not lost; a second signal while the first is handled ends the rank at once.
 
 torchrun restarts a job after any failing worker, whatever its status (it has no notion of a final
 error), so for status 2 the rank sends its agent SIGTERM while restarts are left; the agent then
@@ -16,14 +18,18 @@ stops every worker and exits. A rank whose agent dies (SIGKILL) ends too, within
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 from .distributed import end_with_parent
 
 DONE, LOST, FINAL, STOPPED = 0, 1, 2, 130
-_state = {"final": False}  # set once a final error was said: the agent's SIGTERM then ends quietly
+# final: a final error was said (the agent's SIGTERM then ends quietly); stopping: the signal
+# being handled (a second one ends the rank at once); shield: depth of `shielded` blocks
+_state: dict = {"final": False, "stopping": None, "shield": 0}
 
 
 class Stopped(Exception):  # noqa: N818 - not an error: the person or the agent asked for it
@@ -52,11 +58,30 @@ def _raise_stopped(signum, frame) -> None:
         # the agent stops every rank when one failed (or when it was told to stop): it says why
         os._exit(STOPPED)
     name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    raise Stopped(name)
+    if _state["stopping"] is not None:  # a second signal while the first is handled: now
+        say_line(f"stopped again by {name}: ending at once")
+        os._exit(STOPPED)
+    _state["stopping"] = name
+    if _state["shield"] == 0:
+        raise Stopped(name)
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Hold back a Ctrl-C or SIGTERM while the block runs (a checkpoint being written): it is
+    raised as `Stopped` once the block has finished, so the block is never cut in two."""
+    _state["shield"] += 1
+    try:
+        yield
+    finally:
+        _state["shield"] -= 1
+    if _state["shield"] == 0 and _state["stopping"] is not None:
+        raise Stopped(_state["stopping"])
 
 
 def stop_on_signals() -> None:
     """Turn Ctrl-C and SIGTERM into `Stopped` in this (main) thread: a sentence, no traceback."""
+    _state.update(final=False, stopping=None, shield=0)
     signal.signal(signal.SIGINT, _raise_stopped)
     signal.signal(signal.SIGTERM, _raise_stopped)
 

@@ -57,6 +57,9 @@ JobCompType=jobcomp/none
 SwitchType=switch/none
 MpiDefault=none
 SchedulerType=sched/builtin
+# test pending jobs every second (default 60 s): a requeued job waits for its BeginTime
+# (cred_expire, 5 s here) and then for the scheduler's next pass
+SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides

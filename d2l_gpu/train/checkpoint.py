@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .._fs import replace_file
+from ..stopping import shielded
 from .checkpoint_checks import (  # noqa: F401 - the checks are part of this module's interface
     CheckpointError,
     check_archive,
@@ -49,8 +50,10 @@ FORMAT = 2  # bump when the layout of the checkpoint dictionary changes (2: sett
 
 
 def save_atomic(obj, path) -> Path:
-    """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact."""
-    return replace_file(path, lambda f: torch.save(obj, f))
+    """Write `obj` with torch.save to `path` atomically: a crash leaves the old file intact, and
+    a Ctrl-C or SIGTERM meanwhile stops the rank only once the file is written."""
+    with shielded():
+        return replace_file(path, lambda f: torch.save(obj, f))
 
 
 def check_output(path, flag: str) -> None:
