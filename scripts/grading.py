@@ -44,13 +44,13 @@ from grading_code import (  # noqa: E402
     split_check,
     statements,
 )
+from grading_written import NEW_EXERCISE, written, written_cell  # noqa: E402
 
 from d2l_gpu._fs import write_atomic  # noqa: E402
 
 PASS = re.compile(r"^(correct|Exercise \d+: .*: True)$")
 REFUSAL = re.compile(r"^(not yet|not answered yet|Exercise \d+: (not |.*: False$))")
 SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
-NEW_EXERCISE = re.compile(r"^\d+\. \*\*")  # "3. **Fix the bug.**": an exercise's text begins
 # exercises left out of grading, and why: their solutions run only when the student opts in
 OPTIONAL = {
     ("08-performance-lab", "Exercise 3"): "torch.compile builds C++ code first (needs a compiler)",
@@ -149,8 +149,9 @@ def _cell(source: str, grade_id: str, **nbgrader) -> nbformat.NotebookNode:
     return cell
 
 
-def assignment(nb, sol, stem: str) -> nbformat.NotebookNode:
-    """The graded source notebook of one lesson."""
+def assignment(nb, sol, stem: str, english=None, edition: str = "") -> nbformat.NotebookNode:
+    """The graded source notebook of one lesson (of `edition`, whose English lesson is
+    `english`; default: `nb` is English)."""
     out = nbformat.from_dict(copy.deepcopy(nb))
     at = exercises_at(nb)
     graded: dict[int, list[nbformat.NotebookNode]] = {at: [out["cells"][at]]}
@@ -176,6 +177,9 @@ def assignment(nb, sol, stem: str) -> nbformat.NotebookNode:
             graded[i] = []
         graded[first] = [answer]
         graded[e.at] = [answer, test] if first == e.at else [test]
+    english = english if english is not None else nb
+    for w in written(nb, sol, english, exercises_at(english)):
+        graded[w.last] = [*graded.get(w.last, [out["cells"][w.last]]), written_cell(w, edition)]
     cells = []
     for i, cell in enumerate(out["cells"]):
         for c in graded.get(i, [cell]):
@@ -241,8 +245,9 @@ def build(out: Path, stems: list[str], edition: str = "") -> list[Path]:
         lesson = Path("notebooks", edition, f"{stem}.ipynb")
         nb = nbtools.load(ROOT / lesson)
         sol = nbtools.load(ROOT / "solutions" / edition / f"{stem}.ipynb")
+        english = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb") if edition else nb
         try:
-            graded = assignment(nb, sol, stem)
+            graded = assignment(nb, sol, stem, english, edition)
         except GradingError as e:
             raise GradingError(f"{lesson.as_posix()}: {e}") from None
         path = out / "source" / stem / f"{stem}.ipynb"
@@ -286,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     cells = [c for p in paths for c in nbformat.read(p, as_version=4).cells]
     points = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in cells)
     hiding = sum(c.source.count("must still be refused") for c in cells if c.cell_type == "code")
-    print(f"{len(paths)} assignments, {points} points, {hiding} hidden tests, in {args.out}")
+    by_hand = sum(c.cell_type == "markdown" and "nbgrader" in c.metadata for c in cells)
+    print(f"{len(paths)} assignments, {points} points ({by_hand} of them written answers graded "
+          f"by hand), {hiding} hidden tests, in {args.out}")  # fmt: skip
     return 0
 
 

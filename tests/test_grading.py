@@ -6,7 +6,9 @@ students fetch it. Sentinels: the worked solutions score full marks; the untouch
 0 (and does not hang); a plausible wrong answer (tests/answers) loses that question's point only,
 although its student also rewrote that question's locked test and deleted another; an answer that
 never ends is stopped by the timeout and scores 0 for its question alone; a wrong answer that
-redefines `check` to agree passes the visible check and fails the hidden tests.
+redefines `check` to agree passes the visible check and fails the hidden tests. Each exercise's
+questions in words get an answer cell graded by hand: written, it waits for the instructor; left
+as released, it scores 0 without one.
 """
 
 from __future__ import annotations
@@ -183,8 +185,15 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
     for old, new in wrong:
         starter = starter.replace(old, new)
     starter_3 = next(c.source for c in fetched.cells if _grade_id(c) == "answer-3")
+    models = {
+        _grade_id(c): c.source for c in nbformat.read(source, 4).cells if c.cell_type == "markdown"
+    }
+    written = {gid: text for gid, text in models.items() if gid.startswith("written-")}
+    assert sorted(written) == ["written-1", "written-2", "written-3"]  # each asks a question
+    prompt = next(c.source for c in fetched.cells if _grade_id(c) == "written-1")
+    assert prompt.startswith("**Your answer to the questions of exercise 1** (graded by hand)")
     students = {
-        "ada": answered(release, source, {}),  # the worked solutions
+        "ada": answered(release, source, written),  # the worked solutions, in code and words
         "bert": fetched,  # hands in the release untouched
         "cleo": answered(
             release,
@@ -233,12 +242,29 @@ def test_the_course_loop_grades_and_gives_feedback(tmp_path):
     assert scores["bert"] == [0.0, 0.0, 0.0], scores
     assert scores["cleo"] == [0.0, 1.0, 1.0], scores  # the locked tests restored
     assert scores["dana"] == [1.0, 0.0, 0.0], scores  # stopped by the timeout; hidden tests
+    words = _written(course)  # (score, waits for the instructor) of each written answer
+    assert words["ada"] == [(0.0, True)] * 3, words  # written: the instructor grades them
+    assert all(words[s] == [(0.0, False)] * 3 for s in ("bert", "cleo", "dana")), words  # blank
 
     pages = list((tmp_path / "cleo" / LESSON / "feedback").glob(f"*/{LESSON}.html"))
     assert len(pages) == 1
     page = pages[0].read_text()
-    assert re.search(r"Score:\s*2(\.0)?\s*/\s*3(\.0)?", page), "no score 2 / 3 on cleo's page"
+    assert re.search(r"Score:\s*2(\.0)?\s*/\s*6(\.0)?", page), "no score 2 / 6 on cleo's page"
     assert "the check above did not say correct" in page  # why question 1 lost its point
+
+
+def _written(course: Path) -> dict[str, list[tuple]]:
+    """Each student's written answers: (score, whether it waits for the instructor)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {
+            student: [
+                (g.score, g.needs_manual_grade)
+                for g in (gb.find_grade(f"written-{n}", LESSON, LESSON, student) for n in (1, 2, 3))
+            ]
+            for student in ("ada", "bert", "cleo", "dana")
+        }
 
 
 def _scores(course: Path) -> dict[str, list[float]]:
@@ -294,6 +320,40 @@ def test_the_chinese_course_grades_the_same_code(tmp_path):
         ]
         assert code[0] == code[1], stem
         assert "## 练习" in (zh / path).read_text(encoding="utf-8"), stem
+
+
+def test_every_question_in_words_gets_an_answer_cell_graded_by_hand(tmp_path):
+    """An exercise whose text asks a question gets one written answer worth a point, after its
+    last cell, holding the solutions' prose for it; the Chinese course asks the same ones, in
+    the same places, with its own prose. An exercise that asks nothing gets none."""
+    import grading_written
+
+    def written(edition):
+        stem = "04-networks"
+        nb = nbtools.load(ROOT / "notebooks" / edition / f"{stem}.ipynb")
+        sol = nbtools.load(ROOT / "solutions" / edition / f"{stem}.ipynb")
+        english = nbtools.load(ROOT / "notebooks" / f"{stem}.ipynb")
+        found = grading_written.written(nb, sol, english, grading.exercises_at(english))
+        return nb, found
+
+    nb, en = written("")
+    zh_nb, zh = written("zh")
+    assert [w.number for w in en] == [1, 2] == [w.number for w in zh]  # 3 to 5 ask nothing
+    for w, z in zip(en, zh, strict=True):
+        assert nb["cells"][w.last]["id"] == zh_nb["cells"][z.last]["id"]  # the same place
+        assert w.model and z.model and w.model != z.model  # each edition's own prose
+    text = nbtools._source(nb["cells"][en[0].last + 1])
+    assert re.match(r"2\. \*\*", text), "exercise 1's answer must come before exercise 2"
+    cell = grading_written.written_cell(en[0])
+    assert cell.metadata["nbgrader"]["points"] == 1 and cell.metadata["nbgrader"]["grade"]
+
+
+def test_a_question_the_solutions_do_not_answer_is_named():
+    nb = nbtools.load(ROOT / "notebooks" / "02-tensors.ipynb")
+    sol = nbtools.load(ROOT / "solutions" / "02-tensors.ipynb")
+    sol["cells"] = [c for c in sol["cells"] if c["cell_type"] == "code"]  # no prose at all
+    with pytest.raises(grading_code.GradingError, match="exercise 1 asks a question"):
+        grading.assignment(nb, sol, "02-tensors")
 
 
 def test_a_worked_solution_fills_in_the_lessons_own_starter():
