@@ -17,7 +17,7 @@ setup:  ## create .venv with the learners' lock and the package
 setup-dev:  ## setup, then the maintainers' lock
 	$(COURSE) setup-dev
 
-lessons:  ## execute every lesson headless into build/, then print a summary (D2L_GPU_LANG=zh: the Chinese ones)
+lessons:  ## execute every lesson headless into build/, then print a summary (D2L_GPU_LANG=zh or vi: the Chinese or Vietnamese ones)
 	$(COURSE) lessons
 
 test:  ## unit tests and strict nbval over every lesson and solution, spread over the cores
@@ -41,7 +41,7 @@ test-oldest:  ## unit tests and lax nbval on PyTorch 2.4.1 (the oldest admitted)
 test-slow:  ## nbval again on one core shared with a busy loop: speed-dependent output fails
 	$(COURSE) test-slow
 
-lab:  ## JupyterLab on the lessons (D2L_GPU_LANG=zh: opens the Chinese ones); diagrams and live curves
+lab:  ## JupyterLab on the lessons (D2L_GPU_LANG=zh or vi: opens the Chinese or Vietnamese ones); diagrams and live curves
 	$(COURSE) lab
 
 kernel:  ## register the Python you run it with (PYTHON=..., default python3) as the kernel "Python 3 (d2l-gpu)"

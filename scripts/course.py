@@ -5,7 +5,7 @@
 setup         create .venv and install the learners' lock and the package
 setup-dev     setup, then the maintainers' lock (tests, lint, nbval)
 lessons       execute every lesson headless into build/lessons/ and print the table
-              (D2L_GPU_LANG=zh: the Chinese lessons, into build/lessons/zh/)
+              (D2L_GPU_LANG=zh or vi: the Chinese or Vietnamese lessons, into build/lessons/LANG/)
 test          unit tests and strict nbval over every lesson and solution, on every core
 test-other-cpu  the unit tests and the notebooks that start no processes, with an older CPU's
               kernels (AVX2, or none) and one thread a process; with test-slow: all of `test`
@@ -206,7 +206,7 @@ class Course:
             (self.venv / stamp).touch()
 
     def lessons(self) -> None:
-        """Every lesson of the edition D2L_GPU_LANG names (zh: the Chinese ones), headless."""
+        """Every lesson of the edition D2L_GPU_LANG names (zh, vi), headless."""
         lang = _edition()
         self.setup()
         self.run(self.py, "scripts/run_lessons.py", "--markdown", "--lang", lang)

@@ -1,7 +1,8 @@
 """JupyterLab on the lessons, as `make lab` starts it and as the browser test serves them.
 
     python scripts/lab.py [--port N] [JUPYTERLAB OPTIONS ...]
-    D2L_GPU_LANG=zh python scripts/lab.py      # the file browser on the Chinese lessons
+    D2L_GPU_LANG=zh python scripts/lab.py      # the file browser on the Chinese lessons (vi:
+                                               # the Vietnamese ones translated so far)
 
 The server's root is the project folder (not notebooks/), so that the lessons' diagrams, linked as
 `../img/*.svg`, load; the file browser opens in notebooks/. Training curves redraw live
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = {"en": "notebooks", "zh": "notebooks/zh"}  # each edition's lessons (D2L_GPU_LANG)
+LESSONS = {"en": "notebooks", "zh": "notebooks/zh", "vi": "notebooks/vi"}  # by D2L_GPU_LANG
 
 
 def edition(env: dict | None = None) -> str:
@@ -24,8 +25,9 @@ def edition(env: dict | None = None) -> str:
     lang = (os.environ if env is None else env).get("D2L_GPU_LANG", "").strip() or "en"
     if lang not in LESSONS:
         raise ValueError(
-            f"D2L_GPU_LANG={lang}: the lessons exist in {' and '.join(LESSONS)}; set it to one "
-            "of them (zh: the Chinese lessons), or leave it unset for English"
+            f"D2L_GPU_LANG={lang}: the lessons exist in {', '.join(LESSONS)}; set it to one of "
+            "them (zh: the Chinese lessons; vi: the Vietnamese ones translated so far), or leave "
+            "it unset for English"
         )
     return lang
 

@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
     paths = [p.resolve() for p in args.notebooks] or default_notebooks(args.lang)
-    out = OUT if args.lang == "en" else OUT / args.lang  # the Chinese copies beside the English
+    out = OUT if args.lang == "en" else OUT / args.lang  # zh, vi: beside the English
     if not paths:
         print("no lesson notebooks found")
         return 0

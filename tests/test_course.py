@@ -109,9 +109,12 @@ def test_the_lessons_of_the_edition_d2l_gpu_lang_names(monkeypatch, capsys):
     assert course.main(["lessons", "--dry-run"]) == 0
     assert "run_lessons.py --markdown --lang zh" in capsys.readouterr().out
     monkeypatch.setenv("D2L_GPU_LANG", "vi")
+    assert course.main(["lessons", "--dry-run"]) == 0
+    assert "run_lessons.py --markdown --lang vi" in capsys.readouterr().out
+    monkeypatch.setenv("D2L_GPU_LANG", "fr")
     assert course.main(["lab", "--dry-run"]) == 1
     said = capsys.readouterr()
-    assert "course.py lab: D2L_GPU_LANG=vi: the lessons exist in en and zh" in said.err
+    assert "course.py lab: D2L_GPU_LANG=fr: the lessons exist in en, zh, vi" in said.err
     assert "pip install" not in said.out  # said before anything is installed
 
 

@@ -83,7 +83,8 @@ def test_the_chinese_lessons_open_when_d2l_gpu_lang_says_zh():
     assert "--LabApp.default_url=/lab/tree/notebooks/zh" in lab_command(ROOT, lang="zh")
     assert (ROOT / "notebooks" / "zh" / "01-devices.ipynb").is_file()  # what it opens on
     assert edition({}) == "en" and edition({"D2L_GPU_LANG": "zh"}) == "zh"
-    with pytest.raises(ValueError, match="D2L_GPU_LANG=fr: the lessons exist in en and zh"):
+    assert edition({"D2L_GPU_LANG": "vi"}) == "vi"
+    with pytest.raises(ValueError, match="D2L_GPU_LANG=fr: the lessons exist in en, zh, vi"):
         edition({"D2L_GPU_LANG": "fr"})
 
 
