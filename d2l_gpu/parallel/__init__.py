@@ -12,6 +12,7 @@ cp_worker.py       the small transformer trained context-parallel, and what one 
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
 transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor; 13)
 sequence_parallel.py     sequence parallelism on top of it, and the worker that trains both (13)
+own_sequence.py    a student's own reduce-scatter along the sequence, trained on real ranks (13)
 zero.py            ZeRO stages 1-3 from scratch (lesson 11)
 fsdp.py            PyTorch's fully sharded data parallelism, FSDP2 (lesson 11)
 memory.py          memory accounting: what each rank holds (lesson 11)
