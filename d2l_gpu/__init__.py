@@ -131,6 +131,7 @@ _NAMES = {
     "parallel.own_collective": ["own_all_reduce_worker"],
     "parallel.own_stage": ["own_stage_worker"],
     "parallel.own_sequence": ["own_sequence_worker"],
+    "parallel.own_ring": ["own_ring_worker"],
     "parallel.overlap": ["backward_overlap_worker", "layer_stack"],
     "parallel.server_steps": ["server_step_worker"],
     "parallel.costmodel": [

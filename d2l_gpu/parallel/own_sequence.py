@@ -60,34 +60,56 @@ def own_sequence_worker(
     _checks.in_group("own_sequence_worker", rank, world_size)
     device = rank_device(rank)
     X, y = (t.to(device) for t in work.data())
-    course = sequence_parallel._reduce_scatter_seq
-    error, losses, net = None, [], None
-    try:
+
+    def run():
         probe = torch.zeros(1, world_size, 1, dtype=work.dtype, device=device)
         if fn(probe) is ...:  # the starter's body, on every rank alike
             return ...
-        sequence_parallel._reduce_scatter_seq = fn  # this process, this run only
         net = sequence_parallel.parallel_transformer(
             work.model().to(device), rank, world_size, True
         )
         sync = sequence_parallel.all_reduce_norm_grads
-        losses = train_transformer(net, X, y, work.steps, work.lr, sync)
+        return net, train_transformer(net, X, y, work.steps, work.lr, sync)
+
+    result, error = _run_swapped(sequence_parallel, "_reduce_scatter_seq", fn, run)
+    if result is ...:
+        return ...
+    failure = _failed(error)
+    if failure is not None:
+        return failure
+    net, losses = result
+    return _against_one_device(work, losses, full_transformer_parameters(net))
+
+
+def _run_swapped(module, name: str, fn, run):
+    """run() with `module.name` replaced by the student's `fn` in this process, put back after:
+    (what run returned, None), or (None, the error a wrong answer raised)."""
+    course = getattr(module, name)
+    setattr(module, name, fn)
+    try:
+        return run(), None
     except ERRORS as e:
-        error = e
+        return None, e
     finally:
-        sequence_parallel._reduce_scatter_seq = course
+        setattr(module, name, course)
+
+
+def _failed(error: Exception | None) -> dict | None:
+    """The result of a run in which some rank raised (every rank's error, said once); None if
+    none did. Called on every rank: it gathers."""
     said = _said_once(error)
-    if said is not None or net is None:
-        return {"equal": False, "gap": None, "error": said}
+    return None if said is None else {"equal": False, "gap": None, "error": said}
+
+
+def _against_one_device(work: TransformerWorkload, losses: list, params: list) -> dict:
+    """`equal` and `gap` of a run's losses and full parameters against one device's SGD on
+    `work`; the same on every rank (the largest gap over the ranks)."""
     one = work.model()
     reference = train_transformer(one, *work.data(), work.steps, work.lr)
     gaps = [abs(a - b) for a, b in zip(losses, reference, strict=True)]
-    mine = full_transformer_parameters(net)
-    gaps += [
-        (a.cpu() - b.detach()).abs().max().item()
-        for a, b in zip(mine, one.parameters(), strict=True)
-    ]
-    gap = torch.tensor([max(gaps)], dtype=torch.float64, device=device)
+    pairs = zip(params, one.parameters(), strict=True)
+    gaps += [(a.detach().cpu() - b.detach()).abs().max().item() for a, b in pairs]
+    gap = torch.tensor([max(gaps)], dtype=torch.float64, device=rank_device())
     dist.all_reduce(gap, op=dist.ReduceOp.MAX)
     return {"equal": gap.item() < 1e-10, "gap": gap.item(), "error": None}
 

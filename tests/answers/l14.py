@@ -13,6 +13,13 @@ RING_BYTES = """    if world == 1:
     block = batch * (seq_len // world) * d_model * size
     return layers * ((world - 1) * {backward} + (world - 1) * 2 + 2) * block
 """
+HOP = """    rank, world = dist.get_rank(), dist.get_world_size()
+    incoming = torch.empty_like(t)
+    ops = [
+        dist.P2POp(dist.isend, t, (rank {to} 1) % world),
+        dist.P2POp(dist.irecv, incoming, (rank {source} 1) % world),
+    ]
+    return incoming, dist.batch_isend_irecv(ops)"""
 PAIRS = """    if layout == "contiguous":
         mine = [(2 * r, 2 * r + 1) for r in range(world)]
     else:
@@ -41,5 +48,12 @@ CASES = [
         right=Answer(replace=((TODO, "    return block // (dp * tp) + rest // dp"),)),
         wrong=Answer(replace=((TODO, "    return (block + rest) // (dp * tp)"),)),
         why="everything split by tensor parallelism too",
+    ),
+    Case(
+        cell="def pass_on(",
+        context=SETUP,
+        right=Answer(replace=((TODO, HOP.format(to="+", source="-")),)),
+        wrong=Answer(replace=((TODO, HOP.format(to="-", source="+")),)),
+        why="the ring turned the wrong way: sent to the previous rank, received from the next",
     ),
 ]
