@@ -1,6 +1,6 @@
 """Build an nbgrader course from the lessons, one graded assignment per lesson.
 
-    python scripts/grading.py [--out DIR] [--zh] [LESSON ...]   # default: build/grading, all
+    python scripts/grading.py [--out DIR] [--zh | --vi] [LESSON ...]   # default: build/grading
 
 Each assignment (`source/<lesson>/<lesson>.ipynb`) is the lesson itself up to its exercises. From
 the `## Exercises` heading on, a locked cell defines `must_pass()`; every exercise's starter cells
@@ -51,6 +51,7 @@ from d2l_gpu._fs import write_atomic  # noqa: E402
 PASS = re.compile(r"^(correct|Exercise \d+: .*: True)$")
 REFUSAL = re.compile(r"^(not yet|not answered yet|Exercise \d+: (not |.*: False$))")
 SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
+EXERCISES = ("## Exercises", "## 练习", "## Bài tập")  # the heading in each edition
 # exercises left out of grading, and why: their solutions run only when the student opts in
 OPTIONAL = {
     ("08-performance-lab", "Exercise 3"): "torch.compile builds C++ code first (needs a compiler)",
@@ -101,10 +102,10 @@ class Exercise:
 
 
 def exercises_at(nb) -> int:
-    """The index of a notebook's `## Exercises` heading (`## 练习` in the Chinese edition)."""
+    """The index of a notebook's `## Exercises` heading (`## 练习`, `## Bài tập` in the others)."""
     for i, c in enumerate(nb["cells"]):
         heading = nbtools._source(c).lstrip()
-        if c["cell_type"] == "markdown" and heading.startswith(("## Exercises", "## 练习")):
+        if c["cell_type"] == "markdown" and heading.startswith(EXERCISES):
             return i
     raise GradingError("no `## Exercises` heading")
 
@@ -238,7 +239,7 @@ def hidden(check_cell, cases: list, name: str = "") -> str:
 
 
 def build(out: Path, stems: list[str], edition: str = "") -> list[Path]:
-    """Write the course folder `out` for the lessons `stems` (of `edition`: "" English, "zh"
+    """Write the course folder `out` for the lessons `stems` (of `edition`: "" English, "zh", "vi"
     Chinese, whose code is the same); return the assignments written."""
     written = []
     for stem in stems:
@@ -269,16 +270,19 @@ def main(argv: list[str] | None = None) -> int:
         "lessons", nargs="*", metavar="LESSON", help="e.g. 02-tensors (default: all)"
     )
     parser.add_argument("--out", type=Path, help="the course folder (default: build/grading)")
-    parser.add_argument("--zh", action="store_true", help="the Chinese edition (build/grading-zh)")
+    language = parser.add_mutually_exclusive_group()
+    language.add_argument("--zh", action="store_true", help="the Chinese one (build/grading-zh)")
+    language.add_argument("--vi", action="store_true", help="the Vietnamese one (build/grading-vi)")
     args = parser.parse_args(argv)
     known = lessons()
     wanted = [next((k for k in known if k == w or k.startswith(f"{w}-")), w) for w in args.lessons]
     unknown = [w for w in wanted if w not in known]
     if unknown:
         parser.error(f"no lesson {', '.join(unknown)}: give names like 02 or 02-tensors")
-    args.out = args.out or ROOT / "build" / ("grading-zh" if args.zh else "grading")
+    edition = "zh" if args.zh else "vi" if args.vi else ""
+    args.out = args.out or ROOT / "build" / (f"grading-{edition}" if edition else "grading")
     try:
-        paths = build(args.out, wanted or known, "zh" if args.zh else "")
+        paths = build(args.out, wanted or known, edition)
     except GradingError as e:
         print(f"grading.py: {e}", file=sys.stderr)
         return 1

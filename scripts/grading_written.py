@@ -19,10 +19,12 @@ from grading_code import GradingError
 
 NEW_EXERCISE = re.compile(r"^\d+\. \*\*")  # "3. **Fix the bug.**": an exercise's text begins
 QUESTION_MARKS = ("?", "？")
-SOLUTION_HEADING = re.compile(r"^## (?:Exercise|练习) (\d+)")
+SOLUTION_HEADING = re.compile(r"^## (?:Exercise|练习|Bài tập) (\d+)")
 PROMPT = {
     "": "**Your answer to the questions of exercise {n}** (graded by hand): write it here, in a "
     "few sentences, and say which output it rests on.",
+    "vi": "**Câu trả lời cho các câu hỏi của bài tập {n}** (giáo viên chấm): viết ở đây, vài câu, "
+    "và nói câu trả lời dựa trên kết quả nào.",
     "zh": "**练习 {n} 中问题的回答**（由老师批改）：在这里用几句话写下你的回答，"
     "并说明它依据的是哪个输出。",
 }

@@ -303,23 +303,25 @@ def test_an_out_folder_that_cannot_be_written_is_named(tmp_path, capsys):
     assert "Traceback" not in said and taken.read_text() == "not a folder"
 
 
-def test_the_chinese_course_grades_the_same_code(tmp_path):
-    """`grading.py --zh` builds from notebooks/zh and solutions/zh, whose code is the English
-    code (scripts/zh.py): every code cell of each assignment, graded or not, is the same."""
-    en, zh = tmp_path / "en", tmp_path / "zh"
-    assert grading.main(["--out", str(en)]) == 0 and grading.main(["--out", str(zh), "--zh"]) == 0
+@pytest.mark.parametrize("lang, heading", [("zh", "## 练习"), ("vi", "## Bài tập")])
+def test_the_translated_courses_grade_the_same_code(tmp_path, lang, heading):
+    """`grading.py --zh` (`--vi`) builds from notebooks/zh and solutions/zh (vi), whose code is
+    the English code (scripts/zh.py): every code cell of each assignment, graded or not, is the
+    same, and the written answers are the same ones, each in its edition's words."""
+    en, other = tmp_path / "en", tmp_path / lang
+    assert grading.main(["--out", str(en)]) == 0
+    assert grading.main(["--out", str(other), f"--{lang}"]) == 0
     for stem in grading.lessons():
         path = Path("source", stem, f"{stem}.ipynb")
-        code = [
-            [
-                (c.source, c.metadata.get("nbgrader"))
-                for c in nbformat.read(d / path, 4).cells
-                if c.cell_type == "code"
-            ]  # fmt: skip
-            for d in (en, zh)
-        ]
+        cells = [nbformat.read(d / path, 4).cells for d in (en, other)]
+        code = [[(c.source, c.metadata.get("nbgrader")) for c in nb if c.cell_type == "code"]
+                for nb in cells]  # fmt: skip
         assert code[0] == code[1], stem
-        assert "## 练习" in (zh / path).read_text(encoding="utf-8"), stem
+        written = [[(_grade_id(c), c.source) for c in nb if _grade_id(c).startswith("written-")]
+                   for nb in cells]  # fmt: skip
+        assert [g for g, _ in written[0]] == [g for g, _ in written[1]], stem
+        assert all(a != b for (_, a), (_, b) in zip(*written, strict=True)), stem
+        assert heading in (other / path).read_text(encoding="utf-8"), stem
 
 
 def test_every_question_in_words_gets_an_answer_cell_graded_by_hand(tmp_path):
