@@ -200,13 +200,18 @@ def leave_group() -> None:
 _NEVER_FREED: list = []
 
 
+def end_at_once(code: int) -> None:
+    """Flush stdout and stderr and exit with `code` now: no group, model or thread is freed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def end_process(code: int) -> None:
     """Exit with `code`; on PyTorch < 2.8 without freeing the groups (see _NEVER_FREED)."""
     if not _NEVER_FREED:
         sys.exit(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    end_at_once(code)
 
 
 def end_with_parent(

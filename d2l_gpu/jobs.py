@@ -72,6 +72,9 @@ def _check_cmd(caller: str, cmd) -> None:
     _checks.items(f"{caller}: cmd", cmd)
 
 
+LAST_OUTPUT_S = 30.0  # how long an ended job's last output may take to arrive
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill `proc` and the processes it started (its process group; its tree on Windows)."""
     kill_tree(proc)
@@ -84,7 +87,9 @@ def _started(cmd, cwd, env) -> tuple[subprocess.Popen, list[str], threading.Thre
         text=True, errors="replace", start_new_session=True,
     )  # fmt: skip
     chunks: list[str] = []
-    reader = threading.Thread(target=chunks.extend, args=(iter(proc.stdout.readline, ""),))
+    reader = threading.Thread(
+        target=chunks.extend, args=(iter(proc.stdout.readline, ""),), daemon=True
+    )
     reader.start()
     return proc, chunks, reader
 
@@ -93,8 +98,9 @@ def _ended(proc: subprocess.Popen, reader: threading.Thread) -> None:
     """Kill what is left of `proc`'s group, wait for it and for the last of its output."""
     _kill_group(proc)
     proc.wait()
-    reader.join(timeout=30)
-    proc.stdout.close()
+    reader.join(timeout=LAST_OUTPUT_S)
+    if not reader.is_alive():  # else a process outside the tree still holds the pipe open, and
+        proc.stdout.close()  # close() would wait for the reading thread's lock, forever
 
 
 def run_job(

@@ -98,12 +98,28 @@ def _portable_children(pid: int) -> list[int]:
     return sorted(int(p) for p, pp in (line.split() for line in out.splitlines()) if int(pp) == pid)
 
 
+def descendants(pid: int) -> list[int]:
+    """The ids of every process that `pid` started, and that those started, and so on."""
+    found, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
-    """Kill `proc` and every process it started (started with start_new_session=True on POSIX)."""
+    """Kill `proc` and every process it started (started with start_new_session=True on POSIX):
+    its process group, and the descendants that left it for a session of their own (torchrun
+    starts each worker so), found before the group dies and they are handed to another parent."""
     if WINDOWS:  # no process groups: taskkill walks the tree
         subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True)
         with contextlib.suppress(OSError):
             proc.kill()
         return
+    others = descendants(proc.pid) if proc.poll() is None else []
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    for pid in others:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)

@@ -6,6 +6,7 @@ import io
 import os
 import select
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,23 @@ def test_launch_nodes_refuses_one_machine_and_a_machine_it_has_not():
         jobs.launch_nodes(one, 0, lambda out: True)
     with pytest.raises(ValueError, match="leaving must be a whole number from 0 to 1, got 2"):
         jobs.launch_nodes(one * 2, 2, lambda out: True)
+
+
+ORPHAN = (
+    "import subprocess, sys\n"
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],"
+    " start_new_session=True)\n"  # leaves, holding the job's output pipe open
+    "print('started', p.pid, flush=True)\n"
+)
+
+
+def test_a_job_that_leaves_a_process_holding_its_output_still_returns(monkeypatch):
+    """The job ends, but a process it started in a session of its own (a rank orphaned by its
+    agent) keeps the output pipe open: launch returns what it read, instead of waiting forever
+    for the reading thread's lock when it closes the pipe."""
+    monkeypatch.setattr(jobs, "LAST_OUTPUT_S", 1.0)
+    tic = time.monotonic()
+    out = jobs.launch([sys.executable, "-c", ORPHAN], timeout=60)
+    took = time.monotonic() - tic
+    os.kill(int(out.split()[1]), 9)  # the orphan, which nothing else would end
+    assert out.startswith("started") and took < 20

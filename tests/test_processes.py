@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -56,6 +57,44 @@ def test_kill_tree_ends_the_children_too(parent_of_two):
         time.sleep(0.05)  # the killed children become zombies until init reaps them
     alive = [k for k in kids if processes.pid_alive(k) and _state(k) != "Z"]
     assert alive == []
+
+
+# a child in a session of its own (as torchrun starts its workers), with a child of its own
+LEFT_THE_GROUP = (
+    "import subprocess, sys, time\n"
+    "kid = subprocess.Popen([sys.executable, '-c', 'import subprocess, sys, time; "
+    'g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]); '
+    "print(g.pid, flush=True); time.sleep(60)'], start_new_session=True, stdout=subprocess.PIPE,"
+    " text=True)\n"
+    "print(kid.pid, kid.stdout.readline().strip(), flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sessions and process groups are POSIX")
+@pytest.mark.parametrize("whole_tree", [True, False])
+def test_kill_tree_ends_descendants_that_left_the_group(whole_tree):
+    """A worker in a session of its own (torchrun's) and its child die with the tree; killing
+    the process group alone (the negative control, what kill_tree did before) leaves them."""
+    proc = subprocess.Popen([sys.executable, "-c", LEFT_THE_GROUP], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    kids = [int(p) for p in proc.stdout.readline().split()]
+    try:
+        if whole_tree:
+            processes.kill_tree(proc)
+        else:
+            os.killpg(proc.pid, 9)
+        proc.wait()
+        deadline = time.monotonic() + (10 if whole_tree else 0.5)  # the control: they stay
+        while time.monotonic() < deadline and any(_state(k) not in ("Z", "gone") for k in kids):
+            time.sleep(0.05)
+        alive = [k for k in kids if _state(k) not in ("Z", "gone")]
+        assert alive == ([] if whole_tree else kids)
+    finally:
+        for k in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(k, 9)
+        proc.stdout.close()
 
 
 def _state(pid: int) -> str:

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from ..data.fashion_mnist import DataError, fashion_mnist_dir, read_fashion_mnist
 from ..data.text import char_windows, encode, python_help_text
-from ..distributed import device_and_backend, join_group, leave_group, lost_contact
+from ..distributed import device_and_backend, end_at_once, join_group, leave_group, lost_contact
 from ..stopping import (
     DONE,
     FINAL,
@@ -196,5 +196,11 @@ def main(argv=None, prog: str = "python -m d2l_gpu.train") -> int:
             f"died or the network failed (--timeout {cfg.timeout:g} s). Under torchrun "
             "--max-restarts the job restarts and resumes from its --checkpoint"
         )
-        return LOST
+        # The rank ends here, before this exception and the frames it holds are freed: they hold
+        # DDP's reducer, which would free the group while holding the GIL, and a gloo thread
+        # still freeing the failed collective waits for the GIL: both wait forever (seen with
+        # PyTorch 2.13 on lesson 7's machine switched off: the orphaned rank kept the job's
+        # output open). A group that lost a rank cannot be used again anyway.
+        end_at_once(LOST)
+        return LOST  # not reached: for readers and type checkers
     return DONE
