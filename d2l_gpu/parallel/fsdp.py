@@ -10,6 +10,7 @@ import contextlib
 from dataclasses import replace
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
@@ -46,15 +47,19 @@ def _data_parallel_run(net, rank: int, world: int, work: Workload, device, base)
 def _sharded_mlp(work: Workload, checkpointing: bool, device) -> nn.Module:
     """work's seeded MLP with fully_shard on every linear layer and the root."""
     require_torch(2, 6, "fully_shard (FSDP2) on a CPU")
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     net = mlp(list(work.widths), work.seed, work.dtype).to(device)
     if checkpointing:
         net = checkpoint_every(net, every=2)  # each (Linear, ReLU) pair recomputed in backward
+    # The mesh on this rank's device: without one, fully_shard takes the machine's accelerator
+    # and moves the model to cuda:0 even on the ranks that run on the CPU with gloo.
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for module in net.modules():
         if isinstance(module, nn.Linear):
-            fully_shard(module)  # each layer gathered just before it is used
-    return fully_shard(net)
+            fully_shard(module, mesh=mesh)  # each layer gathered just before it is used
+    return fully_shard(net, mesh=mesh)
 
 
 def fsdp_worker(rank: int, world: int, work: Workload, checkpointing: bool = False) -> dict:
