@@ -50,7 +50,7 @@ kernel:  ## register the Python you run it with (PYTHON=..., default python3) as
 stress:  ## 40 two-rank torchrun jobs; prints how many exited non-zero (must be 0)
 	$(COURSE) stress
 
-gpu-report:  ## on a machine with an accelerator: the acceptance run, build/gpu-report.md
+gpu-report:  ## on a machine with an accelerator: the acceptance run, build/gpu-report.md (PART=name: one part; scripts/gpu_report.py --plan)
 	$(COURSE) gpu-report
 
 fuzz:  ## the property-based sweeps of every public function and flag, many random examples each

@@ -342,8 +342,10 @@ class Course:
         self.run(self.py, "scripts/stress_ddp.py")
 
     def gpu_report(self) -> None:
+        """The acceptance run; PART=name (`make gpu-report PART=fast`) runs one part of it."""
         self.setup_dev()
-        self.run(self.py, "scripts/gpu_report.py")
+        part = os.environ.get("PART")
+        self.run(self.py, "scripts/gpu_report.py", *(["--part", part] if part else []))
 
     def fuzz(self) -> None:
         """The property-based sweeps with many random examples each (`make test` draws a few,

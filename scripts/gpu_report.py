@@ -1,18 +1,31 @@
 """GPU acceptance run: every lesson, the benchmark, one and all devices, DDP; a report with targets.
 
     python scripts/gpu_report.py [--steps STEP,...] [--epochs 10] [--limit N] [--out build]
+    python scripts/gpu_report.py --part PART     # one part of the run, merged into the report
+    python scripts/gpu_report.py --plan          # the parts, in the order to run them
 
 Needs a machine with an accelerator; anywhere else it exits 2 at once and says so. Each step runs
 in its own process with a time limit and produces a record (status, seconds, figures, error); a
 step that fails or times out is recorded and the report goes on. Steps (all by default):
 
-  lessons  every lesson in the full profile (scripts/run_lessons.py --profile full)
+  lessons  every lesson in the full profile (scripts/run_lessons.py --profile full), side by
+           side, each in its own copy of the checkout
+  solutions  every solution, the same way
   nbval    the committed notebooks validated with nbval, one pytest per notebook
   bench    benchmarks/bench_resnet.py --profile full
   lenet    lesson 5's LeNet from scratch (batch 256, lr 0.2), on one device and on all devices
   resnet   lesson 6's ResNet-18 (batch 256 per device, lr 0.1 per device, cosine, data on the
            device, channels_last, autocast; torch.compile on one device), one and all devices
   ddp      python -m d2l_gpu.ddp (LeNet): one process; torchrun with NCCL and with gloo on all GPUs
+  fast     benchmarks/resnet_fast.py: ResNet-18 one change at a time, then trained over 3 seeds
+  seeds    benchmarks/lenet_seeds.py: lesson 5's LeNet over 3 seeds and 3 learning rates
+
+--only NN,NN limits lessons, solutions and nbval to those notebook numbers. A part (--part; the
+list and the order to run them when device time is short: --plan) is a set of steps and
+notebooks that takes at most about 4 minutes on an H100-class GPU. The report is merged into an
+existing build/gpu-report.json of the same --epochs and --limit (a step of the same name is
+replaced, lessons and solutions one notebook at a time), so that the parts of several sessions
+make one report; --fresh starts a new one.
 
 Writes build/gpu-report.md and build/gpu-report.json: hardware, driver, PyTorch, every figure and
 each target passed, failed or not measured (never a figure no step produced). --epochs and
@@ -29,12 +42,14 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from gpu_report_logic import STEPS, checks, markdown, passed
+from gpu_report_logic import PARTS, STEPS, checks, markdown, merge, passed, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: import this checkout's d2l_gpu
@@ -49,11 +64,11 @@ NEEDS = (
 )
 
 
-def run(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+def run(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None) -> dict:
     """Run `cmd` in its own session with a time limit: rc, output tail, seconds, timed_out."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+        cmd, cwd=cwd or ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -133,21 +148,93 @@ def hardware() -> dict:
     }
 
 
-def step_lessons(args) -> list[dict]:
-    """Every lesson in the full profile; the figures are run_lessons' summary."""
-    cmd = [PY, "scripts/run_lessons.py", "--profile", "full", "--timeout", "1800"]
-    summary = ROOT / "build" / "lessons" / "summary.json"
-    summary.unlink(missing_ok=True)  # never an older run's figures
-    result = run(cmd, args.timeout * 4)
-    lessons = json.loads(summary.read_text())["lessons"] if summary.exists() else None
-    figures = None if lessons is None else {"lessons": lessons}
-    return [record("lessons", result, figures)]
+def chosen(folder: str, args) -> list[Path]:
+    """The numbered notebooks of `folder`, only those --only names when it is given."""
+    found = sorted((ROOT / folder).glob("[0-9][0-9]-*.ipynb"))
+    return [nb for nb in found if not args.only or nb.name[:2] in args.only]
+
+
+def _copy_of_checkout(into: Path) -> Path:
+    """A copy of the checkout without .git, build and the environments: one notebook's room."""
+    skip = shutil.ignore_patterns(".git", ".venv", "build", ".device", ".whl", "__pycache__")
+    shutil.copytree(ROOT, into, ignore=skip, symlinks=True)
+    return into
+
+
+def step_notebooks(args, folder: str = "notebooks") -> list[dict]:
+    """The chosen notebooks of `folder` in the full profile, side by side, each in its own copy of
+    the checkout (their files and ports apart), started 3 s apart (kernels started at the same
+    instant can take the same port); the figures are run_lessons' rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    notebooks = chosen(folder, args)
+    rooms = Path(tempfile.mkdtemp(prefix="gpu-report-"))
+
+    def one(i: int, nb: Path) -> tuple[dict, list[dict]]:
+        time.sleep(3 * i)
+        room = _copy_of_checkout(rooms / nb.stem)
+        cmd = [PY, "scripts/run_lessons.py", "--profile", "full", "--timeout", str(args.timeout),
+               f"{folder}/{nb.name}"]  # fmt: skip
+        result = run(cmd, args.timeout + 60, cwd=room)
+        summary = room / "build" / "lessons" / "summary.json"
+        return result, json.loads(summary.read_text())["lessons"] if summary.exists() else []
+
+    workers = max(1, min(len(notebooks), (os.cpu_count() or 2) // 2))
+    with ThreadPoolExecutor(workers) as pool:
+        done = list(pool.map(one, range(len(notebooks)), notebooks))
+    shutil.rmtree(rooms, ignore_errors=True)
+    rows = [row for _, got in done for row in got]
+    for (result, got), nb in zip(done, notebooks, strict=True):
+        if not got:  # stopped before run_lessons wrote its summary: a row saying so
+            status = "timeout" if result["timed_out"] else "FAILED"
+            rows.append({"lesson": nb.stem, "status": status, "seconds": result["seconds"],
+                         "key_result": None, "error": result["output"][-500:]})  # fmt: skip
+    rc = next((r["rc"] for r, _ in done if r["rc"]), 0)
+    rc = rc or int(any(row["status"] != "ok" for row in rows))  # a row FAILED inside a kernel
+    result = {"rc": rc, "timed_out": False,
+              "seconds": max((r["seconds"] for r, _ in done), default=0.0),
+              "output": "\n".join(r["output"][-800:] for r, _ in done if r["rc"]),
+              "command": f"run_lessons.py --profile full, side by side: {folder}"}  # fmt: skip
+    return [record("lessons" if folder == "notebooks" else folder, result, {"lessons": rows})]
+
+
+def step_fast(args) -> list[dict]:
+    """benchmarks/resnet_fast.py; the figures: the trained row's median s/epoch over the seeds,
+    its lowest test accuracy and the spread, and the table."""
+    path = Path(args.out) / "gpu-report" / "resnet_fast.json"
+    cmd = [PY, "benchmarks/resnet_fast.py", "--epochs", str(args.epochs), "--json", str(path)]
+    cmd += ["--limit", str(args.limit)] if args.limit else []
+    path.unlink(missing_ok=True)  # never an older run's figures
+    result = run(cmd, args.timeout)
+    figures = None
+    if result["rc"] == 0 and path.exists():
+        got = json.loads(path.read_text())
+        accs = [r["test_acc"] for r in got["runs"]]
+        row = next((r for r in got["rows"] if r["row"] == got["trained_row"]), {})
+        if accs:
+            sec = statistics.median(r["median_epoch_s"] for r in got["runs"])
+            figures = {"test_acc": min(accs), "spread": max(accs) - min(accs), "seeds": len(accs),
+                       "sec_per_epoch": sec, "images_per_sec": row.get("images_per_sec"),
+                       "fraction_of_peak": row.get("fraction_of_peak"),
+                       "table": got["rows"]}  # fmt: skip
+    return [record("fast", result, figures)]
+
+
+def step_seeds(args) -> list[dict]:
+    """benchmarks/lenet_seeds.py; the figures are its rows (per learning rate)."""
+    path = Path(args.out) / "gpu-report" / "lenet_seeds.json"
+    cmd = [PY, "benchmarks/lenet_seeds.py", "--epochs", str(args.epochs), "--json", str(path)]
+    cmd += ["--limit", str(args.limit)] if args.limit else []
+    path.unlink(missing_ok=True)
+    result = run(cmd, args.timeout, env={"D2L_GPU_LIVE_PLOTS": "0"})
+    ok = result["rc"] == 0 and path.exists()
+    return [record("seeds", result, {"rows": json.loads(path.read_text())["rows"]} if ok else None)]
 
 
 def step_nbval(args) -> list[dict]:
     """Each committed notebook validated by nbval (strict, the project's sanitizers)."""
     out = []
-    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
+    for nb in chosen("notebooks", args):
         cmd = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
                "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
                str(nb.relative_to(ROOT))]  # fmt: skip
@@ -254,9 +341,10 @@ def worker(model: str, count: str, epochs: int, limit: int | None) -> dict:
     }
 
 
-RUNNERS = {"lessons": step_lessons, "nbval": step_nbval, "bench": step_bench,
-           "lenet": lambda a: step_train("lenet", a), "resnet": lambda a: step_train("resnet", a),
-           "ddp": step_ddp}  # fmt: skip
+RUNNERS = {"lessons": step_notebooks, "solutions": lambda a: step_notebooks(a, "solutions"),
+           "nbval": step_nbval, "bench": step_bench, "lenet": lambda a: step_train("lenet", a),
+           "resnet": lambda a: step_train("resnet", a), "ddp": step_ddp, "fast": step_fast,
+           "seeds": step_seeds}  # fmt: skip
 
 
 def write(report: dict, out: Path) -> None:
@@ -281,9 +369,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--timeout", type=positive_arg, default=1800, help="seconds per command (lessons: x4)"
     )
     p.add_argument("--out", default=str(ROOT / "build"), help="folder for the report")
+    p.add_argument("--part", choices=[name for name, *_ in PARTS], help="one part (see --plan)")
+    p.add_argument("--plan", action="store_true", help="print the parts in order and stop")
+    p.add_argument("--only", help="notebook numbers for lessons, solutions, nbval: 06,10")
+    p.add_argument("--fresh", action="store_true", help="a new report, not merged into build's")
     p.add_argument("--worker", choices=["lenet", "resnet"], help=argparse.SUPPRESS)
     p.add_argument("--devices", choices=["1", "all"], default="1", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.part:
+        _, args.steps, only, _, _ = next(part for part in PARTS if part[0] == args.part)
+        args.only = args.only or only or None
+    if args.only:
+        args.only = args.only.split(",")
+        if not all(len(n) == 2 and n.isdigit() for n in args.only):
+            p.error(f"--only: {','.join(args.only)} is not a list of two-digit notebook numbers")
     unknown = sorted(set(args.steps.split(",")) - set(STEPS))
     if unknown:
         p.error(f"--steps: unknown {unknown}; choose from {', '.join(STEPS)}")
@@ -292,6 +391,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.plan:
+        print(plan(), end="")
+        return 0
     import torch
 
     import d2l_gpu as d2l
@@ -303,6 +405,17 @@ def main(argv=None) -> int:
         print(json.dumps(worker(args.worker, args.devices, args.epochs, args.limit)))
         return 0
     report = {"hardware": hardware(), "epochs": args.epochs, "limit": args.limit, "steps": []}
+    earlier = Path(args.out) / "gpu-report.json"
+    if earlier.exists() and not args.fresh:
+        try:
+            base = json.loads(earlier.read_text())
+            merge(base, report)  # refuses a report of other --epochs/--limit before any step runs
+        except (ValueError, KeyError) as e:
+            print(f"gpu_report.py: cannot merge into {earlier}: {e}; move it away or pass "
+                  "--fresh", file=sys.stderr)  # fmt: skip
+            return 2
+    else:
+        base = None
     for name in args.steps.split(","):
         print(f"gpu-report: {name} ...", flush=True)
         try:
@@ -310,7 +423,9 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001 - recorded; the report goes on
             report["steps"].append({"step": name, "status": "failed", "seconds": 0.0,
                                     "command": "", "figures": {}, "error": repr(e)})  # fmt: skip
-        write(report, Path(args.out))  # after every step: a crash later keeps what was measured
+        # after every step: a crash later keeps what was measured
+        write(merge(base, report) if base else report, Path(args.out))
+    report = merge(base, report) if base else report
     report["checks"] = checks(report)
     report["passed"] = passed(report["checks"])
     write(report, Path(args.out))
