@@ -6,9 +6,11 @@ Shown in lessons 6 and 8.
 from __future__ import annotations
 
 import copy
+import os
 import platform
 import statistics
-from collections.abc import Callable, Iterable
+import textwrap
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -112,6 +114,32 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def device_name(device) -> str:
+    """A device and what it is, for a plot title: the GPU's name, or the CPU's model, threads and
+    load average (a busy machine gives slower, noisier CPU timings).
+
+    Shown in lesson 8.
+    """
+    device = _checks.device("device_name: device", device)
+    if device.type == "cpu":
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows
+        busy = "" if load is None else f", load {load:.1f} on {os.cpu_count()} cores"
+        return f"cpu ({cpu_name()}, {torch.get_num_threads()} threads{busy})"
+    get_name = getattr(getattr(torch, device.type, None), "get_device_name", None)
+    return f"{device} ({get_name(device.index or 0)})" if get_name else str(device)
+
+
+def measured_on(what: str, devices: Sequence) -> str:
+    """A plot title: what was measured, and on which devices, wrapped at 70 characters.
+
+    Shown in lesson 8.
+    """
+    if not isinstance(devices, (list, tuple)) or not devices:
+        raise ValueError(f"measured_on: devices must be a non-empty list, got {devices!r:.60}")
+    text = f"{what} — measured on " + "; ".join(device_name(d) for d in devices)
+    return textwrap.fill(text, 70)
 
 
 # The Tensor methods that hand a device's value to Python, and so make Python wait for the device

@@ -120,6 +120,51 @@ def plot(
     return axes
 
 
+def bars(
+    labels: Sequence[str],
+    values,
+    ylabel: str,
+    title: str | None = None,
+    *,
+    colors: Sequence[str] | None = None,
+    yscale: str = "linear",
+    note: str | None = None,
+    axes=None,
+):
+    """Draw a bar chart: one bar per label, or, when `values` is a dict {series: numbers}, one
+    group of bars per label with a legend; `note` goes in the top-left corner.
+
+    Shown in lesson 8.
+    """
+    series = values if isinstance(values, dict) else {None: values}
+    if not labels or any(len(v) != len(labels) for v in series.values()):
+        raise ValueError(f"bars: every series needs one value per label ({len(labels)} labels)")
+    for i, v in enumerate(series.values()):
+        _numbers("bars: values", i, v)
+    if yscale not in SCALES:
+        raise ValueError(f"bars: yscale must be one of {', '.join(SCALES)}, got {yscale!r:.60}")
+    axes = axes if axes is not None else pyplot().subplots(figsize=(6, 3.2))[1]
+    width = 0.8 / len(series)
+    for j, (name, v) in enumerate(series.items()):
+        if name is None:
+            axes.bar(list(labels), list(v), color=colors)
+        else:
+            xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(labels))]
+            axes.bar(xs, list(v), width, label=name)
+    if len(series) > 1 or None not in series:
+        axes.set_xticks(range(len(labels)), list(labels))
+        axes.legend(fontsize=8, loc="upper right")
+    axes.set_yscale(yscale)
+    axes.set_ylabel(ylabel)
+    if yscale == "linear":  # room above the bars for the legend or the note
+        axes.set_ylim(0, max(max(v) for v in series.values()) * 1.3)
+    if note:
+        axes.text(0.02, 0.97, note, transform=axes.transAxes, ha="left", va="top", fontsize=8)
+    if title:
+        axes.set_title(title, fontsize="small")
+    return axes
+
+
 def show_images(imgs: Iterable, num_rows: int, num_cols: int, titles=None, scale: float = 1.5):
     """Plot a list of images."""
     _checks.whole("show_images: num_rows", num_rows, most=1000)

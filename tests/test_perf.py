@@ -56,3 +56,17 @@ def test_a_counter_counts_one_block_at_a_time():
     waits = d2l.HostWaits()
     with waits, pytest.raises(RuntimeError, match="already counting; make a new one"):
         waits.__enter__()
+
+
+def test_a_plot_title_names_the_cpu_its_threads_and_load():
+    title = d2l.measured_on("a product", [d2l.cpu()])
+    assert title.startswith("a product — measured on cpu (") and d2l.cpu_name() in title.replace(
+        "\n", " "
+    )
+    assert f"{torch.get_num_threads()} threads" in title.replace("\n", " ")
+    assert all(len(line) <= 70 for line in title.splitlines())
+
+
+def test_a_plot_title_needs_devices():
+    with pytest.raises(ValueError, match="devices must be a non-empty list"):
+        d2l.measured_on("a product", [])

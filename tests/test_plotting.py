@@ -4,6 +4,8 @@ Most tests run the live machinery against a stand-in shell (IPython's own EventM
 recorded); the last one runs a real kernel through nbclient and reads what the notebook kept.
 """
 
+import re
+
 import nbformat
 import pytest
 from IPython.core.events import EventManager, available_events
@@ -213,3 +215,28 @@ def test_animator_ends_complete_in_a_real_kernel(root, monkeypatch):
     assert kinds == ["stream", "display_data", "stream"], outputs  # one figure, no clearing
     assert outputs[0].text == "before the loop\n" and outputs[2].text == "after the loop\n"
     assert outputs[1].data["text/plain"] == "points=5"
+
+
+def test_bars_draws_one_bar_per_label_or_a_group_per_label():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = plotting.bars(["a", "b", "c"], [1.0, 2.0, 4.0], "ms", "title", note="a note")
+    assert [p.get_height() for p in ax.patches] == [1.0, 2.0, 4.0]
+    assert ax.get_title() == "title" and ax.get_ylim()[1] == pytest.approx(4.0 * 1.3)
+    assert any(t.get_text() == "a note" for t in ax.texts)
+    grouped = plotting.bars(["cpu", "cuda:0"], {"host": [3.0, 5.0], "device": [1.0, 2.0]}, "us")
+    assert [p.get_height() for p in grouped.patches] == [3.0, 5.0, 1.0, 2.0]
+    assert [t.get_text() for t in grouped.get_legend().get_texts()] == ["host", "device"]
+    assert [t.get_text() for t in grouped.get_xticklabels()] == ["cpu", "cuda:0"]
+    plotting.pyplot().close("all")
+
+
+@pytest.mark.parametrize("labels, values, words", [
+    (["a", "b"], [1.0], "one value per label (2 labels)"),
+    (["a"], {"x": [1.0], "y": [1.0, 2.0]}, "one value per label (1 labels)"),
+    (["a"], ["many"], "must hold numbers"),
+])  # fmt: skip
+def test_bars_refuses_values_that_do_not_fit_its_labels(labels, values, words):
+    with pytest.raises((ValueError, TypeError), match=re.escape(words)):
+        plotting.bars(labels, values, "ms")
