@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from d2l_gpu import gpt, models
 from d2l_gpu.data import toy
-from d2l_gpu.parallel import footprint, workload
+from d2l_gpu.parallel import footprint, worker_args, workload
 from d2l_gpu.parallel import memory as model_memory
 from d2l_gpu.parallel.fsdp import fsdp_worker
 from d2l_gpu.parallel.zero import zero_stages_worker, zero_worker
@@ -416,3 +416,37 @@ def test_a_gradient_shard_kept_by_a_students_function(adam_reference):
 def test_add_grad_refused_where_it_cannot_apply(stage, source, error, words):
     with pytest.raises(error, match=words):
         zero_worker(0, 1, WORK, stage, source)
+
+
+def hsdp(rank, world, work):
+    """HSDP: 4 ranks as 2 replicas of a model sharded over 2."""
+    return fsdp_worker(rank, world, work, replicas=2)
+
+
+@newer_torch(2, 6, "fully_shard (FSDP2) on a CPU")
+def test_hsdp_equals_adam_on_one_device(adam_reference):
+    out = run_workers(hsdp, 4, WORK, backend="gloo")
+    L = len(WIDTHS) - 1
+    for run in out:
+        assert max_diff(run["params"], adam_reference[0]) < 1e-11
+        # gathered and reduce-scattered within a replica, then all-reduced across the replicas
+        assert run["calls"] == {"all_gather": 2 * L, "reduce_scatter": L, "all_reduce": L}
+        # a replica shards over 2 ranks: each keeps half the rows, as plain FSDP on 2 ranks does
+        few = sum(p.shape[0] // 2 * p[0].numel() for p in adam_reference[0])
+        many = sum(-(-p.shape[0] // 2) * p[0].numel() for p in adam_reference[0])
+        assert 3 * few * 8 <= run["kept"] <= 3 * many * 8 + 8 * len(adam_reference[0])
+
+
+@newer_torch(2, 6, "fully_shard (FSDP2) on a CPU")
+def test_one_replica_alone_would_differ(adam_reference):  # negative control of the HSDP proof
+    """Without the all-reduce across replicas, each would train on its half of every batch:
+    the proof's tolerance tells that run from the true one by many orders of magnitude."""
+    net = models.mlp(WIDTHS, seed=0, dtype=F64)
+    X, y = toy.toy_data(BATCH, WIDTHS[0], WIDTHS[-1], seed=0, dtype=F64)
+    workload.train_one_device(net, X[: BATCH // 2], y[: BATCH // 2], STEPS, LR, optimizer="adam")
+    assert max_diff(net.parameters(), adam_reference[0]) > 1e-6
+
+
+def test_replicas_must_divide_the_ranks():
+    with pytest.raises(ValueError, match=r"4 ranks do not split into 3 equal replicas; choose"):
+        worker_args.fsdp(0, 4, WORK, 3)

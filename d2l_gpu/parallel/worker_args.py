@@ -126,9 +126,16 @@ def zero_stage(caller: str, stage) -> None:
         raise ValueError(f"ZeRO stage {stage} does not exist; use 0 (plain), 1, 2 or 3")
 
 
-def fsdp(rank, world, work) -> None:
-    """fsdp_worker's arguments: a batch that splits evenly over the ranks."""
+def fsdp(rank, world, work, replicas=1) -> None:
+    """fsdp_worker's arguments: a batch that splits evenly over the ranks, and a number of
+    replicas that divides them."""
     _, _, batch_size = training("fsdp_worker", rank, world, work)
+    _checks.whole("fsdp_worker: replicas", replicas, least=1)
+    if world % replicas:
+        raise ValueError(
+            f"fsdp_worker: {world} ranks do not split into {replicas} equal replicas; "
+            f"choose replicas among {[r for r in range(1, world + 1) if world % r == 0]}"
+        )
     even_batch(batch_size, world)
     _group("fsdp_worker", rank, world)
 
