@@ -6,6 +6,7 @@ sync_batchnorm.py  BatchNorm over every rank's examples, on any device (--sync-b
 schedules.py       pipeline schedules, their simulation and execution over stages (lesson 10)
 pipeline.py        pipelines across processes, by hand and with torch.distributed.pipelining (10)
 splitting.py       cutting a model into stages and what each split costs (lesson 10)
+interleaved.py     interleaved 1F1B and zero-bubble schedules: several stages per rank (10)
 own_stage.py       a student's own pipeline stage on real ranks, checked against one device (10)
 context_parallel.py context parallelism: sequence layouts and ring attention (lesson 14)
 cp_worker.py       the small transformer trained context-parallel, and what one step sends (14)

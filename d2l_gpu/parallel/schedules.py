@@ -97,6 +97,13 @@ def one_f_one_b_schedule(p: int, m: int) -> list[list[Action]]:
 
 
 SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
+# torch.distributed.pipelining's schedules with several stages per rank (interleaved.py):
+# name -> (its class there, how stages are laid out over the ranks)
+INTERLEAVED = {
+    "interleaved-1f1b": ("ScheduleInterleaved1F1B", "loop"),
+    "interleaved-zero-bubble": ("ScheduleInterleavedZeroBubble", "loop"),
+    "zbv-zero-bubble": ("ScheduleZBVZeroBubble", "v"),
+}
 
 
 def _check_schedule(caller: str, schedule) -> list[list[Action]]:

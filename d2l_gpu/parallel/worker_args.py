@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from .. import _checks
 from .collectives import TIMED
-from .schedules import SCHEDULES
+from .schedules import INTERLEAVED, SCHEDULES
 from .workload import Workload
 
 LENET_CHANNELS = (20, 50)  # the output channels of lenet_sequential's two convolutions
@@ -42,13 +42,13 @@ def training(caller: str, rank, world, work, *, widths: bool = True) -> tuple:
     return work.widths, work.steps, work.batch_size
 
 
-def _stages_fit(caller: str, widths, world) -> None:
+def _stages_fit(caller: str, widths, stages, per: str = "one per rank") -> None:
     """Refuse more pipeline stages than the MLP of `widths` has units (Linear and ReLU layers)."""
     units = 2 * (len(widths) - 1) - 1
-    if units < world:
+    if units < stages:
         raise ValueError(
             f"{caller}: widths={list(widths)} make an MLP of {units} layers, too few for "
-            f"{world} stages (one per rank); give more widths or start fewer ranks"
+            f"{stages} stages ({per}); give more widths, or fewer ranks or stages"
         )
 
 
@@ -74,6 +74,27 @@ def torch_pipeline(rank, world, work, schedule, num_microbatches) -> None:
     _checks.one_of("torch_pipeline_worker: schedule", schedule, SCHEDULES)
     _checks.whole("torch_pipeline_worker: num_microbatches", num_microbatches, most=batch_size)
     _group("torch_pipeline_worker", rank, world)
+
+
+def interleaved(rank, world, work, schedule, stages_per_rank, num_microbatches) -> None:
+    """interleaved_pipeline_worker's arguments: enough layers for every stage, two stages per
+    rank for the V schedule, micro-batches of equal size."""
+    caller = "interleaved_pipeline_worker"
+    widths, _, batch_size = training(caller, rank, world, work)
+    _checks.one_of(f"{caller}: schedule", schedule, tuple(INTERLEAVED))
+    _checks.whole(f"{caller}: stages_per_rank", stages_per_rank, least=2)
+    if INTERLEAVED[schedule][1] == "v" and stages_per_rank != 2:
+        raise ValueError(
+            f"{caller}: the V schedule holds exactly 2 stages per rank, not {stages_per_rank}"
+        )
+    _stages_fit(caller, widths, world * stages_per_rank, f"{stages_per_rank} per rank")
+    _checks.whole(f"{caller}: num_microbatches", num_microbatches, most=batch_size)
+    if batch_size % num_microbatches:
+        raise ValueError(
+            f"{caller}: a batch of {batch_size} does not split into {num_microbatches} equal "
+            "micro-batches; the mean over micro-batches then differs from the batch's mean"
+        )
+    _group(caller, rank, world)
 
 
 def tensor_parallel(rank, world, work, model) -> None:
