@@ -185,6 +185,7 @@ _NAMES = {
     ],
     "parallel.moe_worker": ["MoEWorkload", "expert_parallel_worker", "train_moe_one_device"],
     "parallel.pipeline": ["pipeline_worker", "torch_pipeline_worker"],
+    "parallel.ulysses": ["UlyssesBlock", "ulysses_attention", "ulysses_worker"],
     "parallel.interleaved": ["interleaved_pipeline_worker", "stages_of_rank"],
     "parallel.schedules": [
         "SCHEDULES",

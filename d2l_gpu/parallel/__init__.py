@@ -10,6 +10,7 @@ interleaved.py     interleaved 1F1B and zero-bubble schedules: several stages pe
 own_stage.py       a student's own pipeline stage on real ranks, checked against one device (10)
 context_parallel.py context parallelism: sequence layouts and ring attention (lesson 14)
 cp_worker.py       the small transformer trained context-parallel, and what one step sends (14)
+ulysses.py         Ulysses context parallelism: attention by heads after an all-to-all (14)
 own_ring.py        a student's own hop of ring attention's ring, trained on real ranks (14)
 tensor_parallel.py tensor (Megatron) and channel parallelism (lesson 10)
 transformer_parallel.py  the transformer's heads and MLP split over ranks (Megatron TP, DTensor; 13)
