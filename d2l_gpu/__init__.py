@@ -260,6 +260,7 @@ _NAMES = {
         "group_qkv",
         "parallelize_transformer",
         "tensor_parallel_block",
+        "tp_time_estimate",
         "ungroup_qkv",
     ],
     "parallel.workload": [
