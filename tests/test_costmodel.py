@@ -288,6 +288,7 @@ def _ring_miss(wrong: bool = False) -> tuple[float, str]:
     return max(predicted / measured, measured / predicted), said
 
 
+@pytest.mark.solo  # 4 ranks timed on 2 cores: another test beside them skews alpha and beta
 def test_ring_steps_predict_a_held_out_ring_all_reduce():
     """The collective, not only a ping-pong: the hand-written ring of 16 MiB on 4 ranks, predicted
     from ring steps of at most 4 MiB timed with every rank sending at once. Measured again once if
@@ -299,6 +300,7 @@ def test_ring_steps_predict_a_held_out_ring_all_reduce():
     assert ratio < RING_FACTOR, said
 
 
+@pytest.mark.solo  # beside another test (make test, 2026-11-30) the wrong model missed by 1.93x
 def test_a_ring_that_sends_the_whole_buffer_per_step_misses():
     """The negative control: the same check fails a model whose every step sends all N bytes."""
     ratio, said = _ring_miss(wrong=True)
